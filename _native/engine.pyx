@@ -1,0 +1,754 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+# cython: cdivision=True, embedsignature=True
+"""The native engine: the engine contract (hiredlock/_contract.py) on non-blocking libhiredis.
+
+One round: every command for every master is formatted and written before any reply is read; then
+poll() waits on all sockets at once, with the GIL released, and libhiredis parses the replies into
+C structs. Python objects are made only for the result. The scripts, the outcome codes and every
+timing rule come from the Python package; this file only moves bytes and counts votes.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.errno cimport EINTR, errno
+from libc.stdint cimport int64_t, uint8_t
+from libc.stdlib cimport calloc, free, malloc
+from libc.stdio cimport snprintf
+from libc.string cimport memcpy, memset, strlen, strncmp
+
+from libhiredis cimport (
+    HIREDIS_MAJOR,
+    HIREDIS_MINOR,
+    HIREDIS_PATCH,
+    REDIS_ERR,
+    REDIS_REPLY_ERROR,
+    REDIS_REPLY_INTEGER,
+    REDIS_REPLY_NIL,
+    REDIS_REPLY_STATUS,
+    freeReplyObject,
+    redisAppendCommandArgv,
+    redisBufferRead,
+    redisBufferWrite,
+    redisConnectNonBlock,
+    redisConnectUnixNonBlock,
+    redisContext,
+    redisFree,
+    redisReaderGetReply,
+    redisReply,
+)
+
+from hiredlock import _scripts
+
+
+cdef extern from "<time.h>" nogil:
+    ctypedef long time_t
+    struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    enum:
+        CLOCK_MONOTONIC
+    int clock_gettime(int clock_id, timespec *tp)
+
+cdef extern from "<poll.h>" nogil:
+    struct pollfd:
+        int fd
+        short events
+        short revents
+    enum:
+        POLLIN
+        POLLOUT
+        POLLERR
+        POLLHUP
+        POLLNVAL
+    int poll(pollfd *fds, unsigned long nfds, int timeout)
+
+cdef extern from "<sys/socket.h>" nogil:
+    ctypedef unsigned int socklen_t
+    enum:
+        SOL_SOCKET
+        SO_ERROR
+    int getsockopt(int fd, int level, int name, void *value, socklen_t *length)
+
+cdef extern from "<string.h>" nogil:
+    char *strerror(int errnum)
+
+cdef extern from "<pthread.h>" nogil:
+    int pthread_atfork(void (*prepare)(), void (*parent)(), void (*child)())
+
+
+HIREDIS_VERSION = f"{HIREDIS_MAJOR}.{HIREDIS_MINOR}.{HIREDIS_PATCH}"
+
+# Outcome codes, taken from the Python package so that both engines speak the same numbers.
+cdef uint8_t OK = _scripts.Outcome.OK
+cdef uint8_t TAKEN = _scripts.Outcome.TAKEN
+cdef uint8_t TIMEOUT = _scripts.Outcome.TIMEOUT
+cdef uint8_t CONN_ERROR = _scripts.Outcome.CONN_ERROR
+cdef uint8_t ERROR = _scripts.Outcome.ERROR
+cdef uint8_t SKIPPED = _scripts.Outcome.SKIPPED
+cdef uint8_t PENDING = 255
+cdef int MAX_STALE = _scripts.MAX_STALE_REPLIES
+cdef int BACKOFF_MIN_MS = _scripts.RECONNECT_BACKOFF_MIN_MS
+cdef int BACKOFF_MAX_MS = _scripts.RECONNECT_BACKOFF_MAX_MS
+
+cdef enum Kind:
+    KIND_SET
+    KIND_SCRIPT
+
+cdef enum State:
+    DOWN         # no connection
+    CONNECTING   # non-blocking connect() not confirmed yet
+    READY        # connected
+
+cdef size_t MAX_DETAIL = 400
+
+# Incremented in a child after fork(): an engine made before the fork must not touch its sockets.
+cdef int fork_generation = 0
+
+
+cdef void after_fork_in_child() noexcept nogil:
+    global fork_generation
+    fork_generation += 1
+
+
+pthread_atfork(NULL, NULL, after_fork_in_child)
+
+
+cdef inline int64_t now_ns() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
+
+
+cdef inline size_t format_int(char *buffer, long long value) noexcept nogil:
+    return <size_t>snprintf(buffer, 24, b"%lld", value)
+
+
+cdef struct Command:
+    Kind kind
+    const char *head           # EVALSHA: the script's sha
+    size_t head_len
+    const char *source         # EVAL after NOSCRIPT: the script's source
+    size_t source_len
+    const char *extra          # SET: the ttl; scripts: the optional last argument
+    size_t extra_len
+    bint has_extra
+    const char **key_ptr
+    size_t *key_len
+    const char **token_ptr
+    size_t *token_len
+    int n_keys
+
+
+cdef struct Master:
+    const char *host           # NULL for a unix socket
+    int port
+    const char *path           # NULL for TCP
+    redisContext *ctx
+    State state
+    int64_t connect_deadline   # a connect still pending then is given up
+    int64_t down_until         # acquire rounds do not reconnect before this (backoff)
+    int backoff_ms
+    char last_error[160]       # why it last failed, for the votes of rounds that back off
+    int handshake              # AUTH/SELECT replies still owed (they come first)
+    int stale                  # replies owed to abandoned rounds (they come next)
+    # the handshake, formatted once: AUTH [user] password, SELECT db
+    int auth_argc
+    const char *auth_argv[3]
+    size_t auth_len[3]
+    int select_db              # -1: no SELECT
+    # this round's reply slots: key indices in the order the replies will come
+    int *slots
+    int slot_head
+    int slot_tail
+    int slot_cap
+    bint want_write            # obuf not flushed yet
+    bint failed                # failed in this round
+
+
+cdef void drop(Master *m) noexcept nogil:
+    """Closes the connection (close() only: no bytes are sent, safe in a forked child)."""
+    if m.ctx != NULL:
+        redisFree(m.ctx)
+        m.ctx = NULL
+    m.state = DOWN
+    m.stale = 0
+    m.handshake = 0
+    m.want_write = False
+
+
+cdef void fail(Master *m, int64_t now) noexcept nogil:
+    """Drops the connection after a failure and pauses reconnects, longer each time."""
+    drop(m)
+    m.backoff_ms = m.backoff_ms * 2
+    if m.backoff_ms < BACKOFF_MIN_MS:
+        m.backoff_ms = BACKOFF_MIN_MS
+    if m.backoff_ms > BACKOFF_MAX_MS:
+        m.backoff_ms = BACKOFF_MAX_MS
+    m.down_until = now + <int64_t>m.backoff_ms * 1000000
+
+
+cdef class NativeEngine:
+    """Engine contract on libhiredis: one non-blocking connection per master."""
+
+    cdef Master *masters
+    cdef int n
+    cdef int quorum
+    cdef int generation
+    cdef bint busy
+    cdef bint closed
+    cdef object specs          # keeps the host/path/password bytes alive
+    cdef list _keepalive
+    # per-round scratch, grown as batches grow
+    cdef int cap_keys
+    cdef uint8_t *codes        # [key * n + master]
+    cdef int *oks
+    cdef int *fails
+    cdef int64_t *decided_at
+    cdef char **details        # [key * n + master], malloc'd texts or NULL
+    cdef pollfd *fds
+    cdef int *fd_master
+    cdef const char **argv_ptr
+    cdef size_t *argv_len
+    # the round in progress
+    cdef int c_n_keys
+    cdef int c_undecided
+    cdef int64_t c_timeout_ns
+
+    name = "native"
+
+    def __cinit__(self, masters, quorum=None):
+        cdef int i
+        specs = tuple(masters)
+        self.n = len(specs)
+        if self.n == 0:
+            raise ValueError("masters must name at least one Redis master")
+        self.quorum = self.n // 2 + 1 if quorum is None else quorum
+        self.masters = <Master *>calloc(self.n, sizeof(Master))
+        self.fds = <pollfd *>calloc(self.n, sizeof(pollfd))
+        self.fd_master = <int *>calloc(self.n, sizeof(int))
+        self.argv_ptr = <const char **>calloc(8, sizeof(char *))
+        self.argv_len = <size_t *>calloc(8, sizeof(size_t))
+        if (self.masters == NULL or self.fds == NULL or self.fd_master == NULL
+                or self.argv_ptr == NULL or self.argv_len == NULL):
+            raise MemoryError()
+        self._keepalive = []
+        self.specs = specs
+        self.generation = fork_generation
+        for i in range(self.n):
+            self._setup_master(&self.masters[i], specs[i])
+        self._grow(1)
+
+    cdef _setup_master(self, Master *m, spec):
+        m.state = DOWN
+        if spec.path is not None:
+            m.path = self._hold(spec.path.encode())
+        else:
+            m.host = self._hold(spec.host.encode())
+            m.port = spec.port
+        m.select_db = spec.db if spec.db else -1
+        m.auth_argc = 0
+        if spec.password is not None:
+            m.auth_argv[0] = self._hold(b"AUTH")
+            m.auth_len[0] = 4
+            m.auth_argc = 1
+            if spec.username is not None:
+                m.auth_argv[1] = self._hold(spec.username.encode())
+                m.auth_len[1] = len(spec.username.encode())
+                m.auth_argc = 2
+            password = spec.password.encode()
+            m.auth_argv[m.auth_argc] = self._hold(password)
+            m.auth_len[m.auth_argc] = len(password)
+            m.auth_argc += 1
+
+    cdef const char *_hold(self, bytes value):
+        self._keepalive.append(value)
+        return PyBytes_AS_STRING(value)
+
+    cdef int _grow(self, int n_keys) except -1:
+        """Makes the scratch arrays big enough for a batch of n_keys."""
+        cdef int i
+        cdef size_t cells
+        if n_keys <= self.cap_keys:
+            return 0
+        cells = <size_t>n_keys * self.n
+        free(self.codes)
+        free(self.oks)
+        free(self.fails)
+        free(self.decided_at)
+        free(self.details)
+        self.codes = <uint8_t *>malloc(cells)
+        self.oks = <int *>malloc(n_keys * sizeof(int))
+        self.fails = <int *>malloc(n_keys * sizeof(int))
+        self.decided_at = <int64_t *>malloc(n_keys * sizeof(int64_t))
+        self.details = <char **>calloc(cells, sizeof(char *))
+        if (self.codes == NULL or self.oks == NULL or self.fails == NULL
+                or self.decided_at == NULL or self.details == NULL):
+            self.cap_keys = 0
+            raise MemoryError()
+        for i in range(self.n):
+            # each key's command may be sent twice (EVAL after NOSCRIPT)
+            free(self.masters[i].slots)
+            self.masters[i].slot_cap = 2 * n_keys
+            self.masters[i].slots = <int *>malloc(2 * n_keys * sizeof(int))
+            if self.masters[i].slots == NULL:
+                self.cap_keys = 0
+                raise MemoryError()
+        self.cap_keys = n_keys
+        return 0
+
+    def __dealloc__(self):
+        cdef int i
+        if self.masters != NULL:
+            for i in range(self.n):
+                if self.masters[i].ctx != NULL:
+                    redisFree(self.masters[i].ctx)
+                free(self.masters[i].slots)
+            free(self.masters)
+        free(self.codes)
+        free(self.oks)
+        free(self.fails)
+        free(self.decided_at)
+        free(self.details)
+        free(self.fds)
+        free(self.fd_master)
+        free(self.argv_ptr)
+        free(self.argv_len)
+
+    def close(self):
+        """Closes every connection (without I/O on them in a forked child)."""
+        cdef int i
+        for i in range(self.n):
+            drop(&self.masters[i])
+        self.closed = True
+
+    # -- the two calls of the contract ---------------------------------------------------------
+
+    def set_nx(self, keys, tokens, long long ttl_ms, double timeout_ms):
+        """SET key token NX PX ttl_ms on every master; OK if set, TAKEN if the key exists."""
+        ttl = str(ttl_ms).encode()
+        return self._round(KIND_SET, b"SET", b"", ttl, keys, tokens, timeout_ms, False, True)
+
+    def run_script(self, bytes sha, bytes source, keys, tokens, extra_arg,
+                   double timeout_ms, bint wait_all):
+        """EVALSHA sha 1 key token [extra_arg]; EVAL source on NOSCRIPT. OK on a reply > 0."""
+        extra = b"" if extra_arg is None else bytes(extra_arg)
+        return self._round(KIND_SCRIPT, sha, source, extra, keys, tokens, timeout_ms,
+                           wait_all, False)
+
+    # -- one round -------------------------------------------------------------------------------
+
+    cdef list _round(self, Kind kind, bytes head, bytes source, bytes extra, keys, tokens,
+                     double timeout_ms, bint wait_all, bint honour_backoff):
+        cdef tuple key_tuple = tuple(keys)
+        cdef tuple token_tuple = tuple(tokens)
+        cdef int n_keys = len(key_tuple)
+        cdef int i, k
+        cdef int64_t t0, end
+        cdef const char **key_ptr
+        cdef size_t *key_len
+        cdef const char **token_ptr
+        cdef size_t *token_len
+        cdef Command cmd
+        if len(token_tuple) != n_keys:
+            raise ValueError("keys and tokens must have the same length")
+        if self.closed:
+            raise RuntimeError("this engine is closed")
+        if self.busy:
+            raise RuntimeError("an engine cannot be used by two threads at once")
+        if n_keys == 0:
+            return []
+        for k in range(n_keys):
+            if type(key_tuple[k]) is not bytes or type(token_tuple[k]) is not bytes:
+                raise TypeError("keys and tokens must be bytes")
+        self._grow(n_keys)
+        key_ptr = <const char **>malloc(n_keys * sizeof(char *))
+        key_len = <size_t *>malloc(n_keys * sizeof(size_t))
+        token_ptr = <const char **>malloc(n_keys * sizeof(char *))
+        token_len = <size_t *>malloc(n_keys * sizeof(size_t))
+        if key_ptr == NULL or key_len == NULL or token_ptr == NULL or token_len == NULL:
+            free(key_ptr)
+            free(key_len)
+            free(token_ptr)
+            free(token_len)
+            raise MemoryError()
+        # The tuples keep every bytes object alive while the GIL is released.
+        for k in range(n_keys):
+            key_ptr[k] = PyBytes_AS_STRING(key_tuple[k])
+            key_len[k] = PyBytes_GET_SIZE(key_tuple[k])
+            token_ptr[k] = PyBytes_AS_STRING(token_tuple[k])
+            token_len[k] = PyBytes_GET_SIZE(token_tuple[k])
+        cmd.kind = kind
+        cmd.head = PyBytes_AS_STRING(head)
+        cmd.head_len = PyBytes_GET_SIZE(head)
+        cmd.source = PyBytes_AS_STRING(source)
+        cmd.source_len = PyBytes_GET_SIZE(source)
+        cmd.extra = PyBytes_AS_STRING(extra)
+        cmd.extra_len = PyBytes_GET_SIZE(extra)
+        cmd.has_extra = kind == KIND_SET or cmd.extra_len > 0
+        cmd.key_ptr = key_ptr
+        cmd.key_len = key_len
+        cmd.token_ptr = token_ptr
+        cmd.token_len = token_len
+        cmd.n_keys = n_keys
+        self.busy = True
+        try:
+            with nogil:
+                # Everything in here touches only C memory owned by this engine or kept alive
+                # by the tuples above; the GIL is not needed until the result is built.
+                if self.generation != fork_generation:
+                    self._forget_inherited()
+                t0 = now_ns()
+                self._run(&cmd, t0, t0 + <int64_t>(timeout_ms * 1e6), wait_all, honour_backoff)
+                end = now_ns()
+            return self._results(n_keys, t0, end)
+        finally:
+            self.busy = False
+            for i in range(n_keys * self.n):
+                free(self.details[i])
+                self.details[i] = NULL
+            free(key_ptr)
+            free(key_len)
+            free(token_ptr)
+            free(token_len)
+
+    cdef void _forget_inherited(self) noexcept nogil:
+        # In a forked child: close our copies of the parent's sockets, sending nothing.
+        cdef int i
+        for i in range(self.n):
+            drop(&self.masters[i])
+        self.generation = fork_generation
+
+    cdef list _results(self, int n_keys, int64_t t0, int64_t end):
+        cdef int k, i
+        cdef uint8_t *row
+        cdef list out = []
+        cdef dict details
+        for k in range(n_keys):
+            row = self.codes + k * self.n
+            details = None
+            for i in range(self.n):
+                if row[i] == PENDING:
+                    row[i] = SKIPPED if self.decided_at[k] else TIMEOUT
+                if self.details[k * self.n + i] != NULL:
+                    if details is None:
+                        details = {}
+                    details[i] = self.details[k * self.n + i].decode("utf-8", "replace")
+            out.append((
+                PyBytes_FromStringAndSize(<char *>row, self.n),
+                (self.decided_at[k] if self.decided_at[k] else end) - t0,
+                details,
+            ))
+        return out
+
+    cdef void _run(self, Command *cmd, int64_t t0, int64_t deadline, bint wait_all,
+                   bint honour_backoff) noexcept nogil:
+        cdef int i, k, nfds, rc, events
+        cdef int64_t remaining, now
+        cdef Master *m
+        memset(self.codes, PENDING, <size_t>cmd.n_keys * self.n)
+        memset(self.oks, 0, cmd.n_keys * sizeof(int))
+        memset(self.fails, 0, cmd.n_keys * sizeof(int))
+        memset(self.decided_at, 0, cmd.n_keys * sizeof(int64_t))
+        self.c_n_keys = cmd.n_keys
+        self.c_undecided = cmd.n_keys
+        self.c_timeout_ns = deadline - t0
+
+        # 1. Queue every command on every master and write what can be written.
+        for i in range(self.n):
+            m = &self.masters[i]
+            m.failed = False
+            m.slot_head = 0
+            m.slot_tail = 0
+            self._prepare(i, cmd, t0, honour_backoff)
+
+        # 2. Poll for replies until decided (or all answered) or the deadline.
+        while True:
+            nfds = 0
+            for i in range(self.n):
+                m = &self.masters[i]
+                if m.failed or m.ctx == NULL:
+                    continue
+                if m.slot_head == m.slot_tail and not m.want_write:
+                    continue
+                if m.state == CONNECTING:
+                    events = POLLOUT
+                else:
+                    events = POLLIN
+                    if m.want_write:
+                        events |= POLLOUT
+                self.fds[nfds].fd = m.ctx.fd
+                self.fds[nfds].events = events
+                self.fds[nfds].revents = 0
+                self.fd_master[nfds] = i
+                nfds += 1
+            if nfds == 0 or (self.c_undecided == 0 and not wait_all):
+                break
+            if wait_all and not self._any_outstanding():
+                break
+            remaining = deadline - now_ns()
+            if remaining <= 0:
+                break
+            if remaining > 3600 * <int64_t>1000000000:
+                remaining = 3600 * <int64_t>1000000000
+            rc = poll(self.fds, nfds, <int>((remaining + 999999) // 1000000))
+            if rc < 0:
+                if errno == EINTR:
+                    continue
+                break
+            for k in range(nfds):
+                if self.fds[k].revents:
+                    self._service(self.fd_master[k], self.fds[k].revents, cmd)
+
+        # 3. What is still owed is read and dropped by a later round, or the connection goes.
+        now = now_ns()
+        for i in range(self.n):
+            m = &self.masters[i]
+            if m.ctx == NULL:
+                continue
+            if m.state == CONNECTING and now >= m.connect_deadline:
+                fail(m, now)
+                continue
+            m.stale += m.slot_tail - m.slot_head
+            if m.stale > MAX_STALE:
+                fail(m, now)
+
+    cdef bint _any_outstanding(self) noexcept nogil:
+        cdef int i
+        for i in range(self.n):
+            if (not self.masters[i].failed and self.masters[i].ctx != NULL
+                    and self.masters[i].slot_head != self.masters[i].slot_tail):
+                return True
+        return False
+
+    cdef void _prepare(self, int i, Command *cmd, int64_t now, bint honour_backoff) noexcept nogil:
+        cdef Master *m = &self.masters[i]
+        cdef int k
+        if m.state == CONNECTING and now >= m.connect_deadline:
+            self._fail_master(i, CONN_ERROR, b"connect timed out", now)
+            return
+        if m.ctx == NULL:
+            if honour_backoff and now < m.down_until:
+                # An acquire does not wait for a master that just failed; release and extend do.
+                self._vote_master(i, CONN_ERROR, m.last_error)
+                m.failed = True
+                return
+            if not self._connect(i, now):
+                return
+        for k in range(cmd.n_keys):
+            if not self._append(m, cmd, k, False):
+                self._fail_master(i, CONN_ERROR, b"out of memory", now)
+                return
+        m.want_write = True
+        if m.state == READY:
+            self._write(i, now)
+
+    cdef bint _connect(self, int i, int64_t now) noexcept nogil:
+        cdef Master *m = &self.masters[i]
+        cdef const char *argv[2]
+        cdef size_t argvlen[2]
+        cdef char dbtext[24]
+        if m.path != NULL:
+            m.ctx = redisConnectUnixNonBlock(m.path)
+        else:
+            m.ctx = redisConnectNonBlock(m.host, m.port)
+        if m.ctx == NULL:
+            self._fail_master(i, CONN_ERROR, b"out of memory", now)
+            return False
+        if m.ctx.err:
+            self._fail_master(i, CONN_ERROR, m.ctx.errstr, now)
+            return False
+        m.state = CONNECTING
+        m.connect_deadline = now + self.c_timeout_ns
+        m.stale = 0
+        m.handshake = 0
+        if m.auth_argc:
+            redisAppendCommandArgv(m.ctx, m.auth_argc, m.auth_argv, m.auth_len)
+            m.handshake += 1
+        if m.select_db >= 0:
+            argv[0] = b"SELECT"
+            argvlen[0] = 6
+            argvlen[1] = format_int(dbtext, m.select_db)
+            argv[1] = dbtext
+            redisAppendCommandArgv(m.ctx, 2, argv, argvlen)
+            m.handshake += 1
+        return True
+
+    cdef bint _append(self, Master *m, Command *cmd, int k, bint as_eval) noexcept nogil:
+        """Formats one command for key k into the master's output buffer; False on OOM."""
+        cdef int argc
+        cdef const char **argv = self.argv_ptr
+        cdef size_t *argvlen = self.argv_len
+        if cmd.kind == KIND_SET:
+            argv[0] = b"SET"
+            argvlen[0] = 3
+            argv[1] = cmd.key_ptr[k]
+            argvlen[1] = cmd.key_len[k]
+            argv[2] = cmd.token_ptr[k]
+            argvlen[2] = cmd.token_len[k]
+            argv[3] = b"NX"
+            argvlen[3] = 2
+            argv[4] = b"PX"
+            argvlen[4] = 2
+            argv[5] = cmd.extra
+            argvlen[5] = cmd.extra_len
+            argc = 6
+        else:
+            if as_eval:
+                argv[0] = b"EVAL"
+                argvlen[0] = 4
+                argv[1] = cmd.source
+                argvlen[1] = cmd.source_len
+            else:
+                argv[0] = b"EVALSHA"
+                argvlen[0] = 7
+                argv[1] = cmd.head
+                argvlen[1] = cmd.head_len
+            argv[2] = b"1"
+            argvlen[2] = 1
+            argv[3] = cmd.key_ptr[k]
+            argvlen[3] = cmd.key_len[k]
+            argv[4] = cmd.token_ptr[k]
+            argvlen[4] = cmd.token_len[k]
+            argc = 5
+            if cmd.has_extra:
+                argv[5] = cmd.extra
+                argvlen[5] = cmd.extra_len
+                argc = 6
+        if redisAppendCommandArgv(m.ctx, argc, argv, argvlen) == REDIS_ERR:
+            return False
+        if m.slot_tail == m.slot_cap:
+            return False
+        m.slots[m.slot_tail] = k
+        m.slot_tail += 1
+        return True
+
+    cdef void _write(self, int i, int64_t now) noexcept nogil:
+        cdef Master *m = &self.masters[i]
+        cdef int done = 0
+        if redisBufferWrite(m.ctx, &done) == REDIS_ERR:
+            self._fail_master(i, CONN_ERROR, m.ctx.errstr, now)
+            return
+        m.want_write = not done
+
+    cdef void _service(self, int i, int revents, Command *cmd) noexcept nogil:
+        cdef Master *m = &self.masters[i]
+        cdef int err = 0
+        cdef socklen_t errlen = sizeof(int)
+        cdef int64_t now = now_ns()
+        if m.failed or m.ctx == NULL:
+            return
+        if m.state == CONNECTING:
+            if getsockopt(m.ctx.fd, SOL_SOCKET, SO_ERROR, &err, &errlen) != 0:
+                err = errno
+            if err:
+                self._fail_master(i, CONN_ERROR, strerror(err), now)
+                return
+            m.state = READY
+            m.backoff_ms = 0
+            self._write(i, now)
+            return
+        if revents & POLLOUT:
+            self._write(i, now)
+            if m.failed:
+                return
+        if revents & (POLLIN | POLLERR | POLLHUP | POLLNVAL):
+            if redisBufferRead(m.ctx) == REDIS_ERR:
+                self._fail_master(i, CONN_ERROR, m.ctx.errstr, now)
+                return
+            self._drain(i, cmd, now)
+
+    cdef void _drain(self, int i, Command *cmd, int64_t now) noexcept nogil:
+        """Takes every complete reply out of the reader and counts it."""
+        cdef Master *m = &self.masters[i]
+        cdef void *raw = NULL
+        cdef redisReply *reply
+        cdef int k
+        while True:
+            if redisReaderGetReply(m.ctx.reader, &raw) == REDIS_ERR:
+                self._fail_master(i, ERROR, b"protocol error in the reply", now)
+                return
+            if raw == NULL:
+                return
+            reply = <redisReply *>raw
+            if m.handshake > 0:
+                m.handshake -= 1
+                if reply.type == REDIS_REPLY_ERROR:
+                    self._fail_master(i, ERROR, reply.str, now)
+                    freeReplyObject(raw)
+                    return
+            elif m.stale > 0:
+                m.stale -= 1
+            elif m.slot_head < m.slot_tail:
+                k = m.slots[m.slot_head]
+                m.slot_head += 1
+                if (cmd.kind == KIND_SCRIPT and reply.type == REDIS_REPLY_ERROR
+                        and strncmp(reply.str, b"NOSCRIPT", 8) == 0):
+                    # The script cache was flushed: send the source, and wait for that reply.
+                    if not self._append(m, cmd, k, True):
+                        self._vote(k, i, ERROR, reply.str)
+                    else:
+                        m.want_write = True
+                        self._write(i, now)
+                else:
+                    self._count(cmd.kind, k, i, reply)
+            freeReplyObject(raw)
+            if m.failed:
+                return
+
+    cdef void _count(self, Kind kind, int k, int i, redisReply *reply) noexcept nogil:
+        if reply.type == REDIS_REPLY_ERROR:
+            self._vote(k, i, ERROR, reply.str)
+        elif kind == KIND_SET:
+            if (reply.type == REDIS_REPLY_STATUS and reply.len == 2
+                    and strncmp(reply.str, b"OK", 2) == 0):
+                self._vote(k, i, OK, NULL)
+            elif reply.type == REDIS_REPLY_NIL:
+                self._vote(k, i, TAKEN, NULL)
+            else:
+                self._vote(k, i, ERROR, b"unexpected reply to SET")
+        elif reply.type == REDIS_REPLY_INTEGER:
+            self._vote(k, i, OK if reply.integer > 0 else TAKEN, NULL)
+        elif reply.type == REDIS_REPLY_NIL:
+            self._vote(k, i, TAKEN, NULL)
+        else:
+            self._vote(k, i, ERROR, b"unexpected reply to the script")
+
+    cdef void _vote(self, int k, int i, uint8_t code, const char *detail) noexcept nogil:
+        cdef int cell = k * self.n + i
+        cdef size_t length
+        if self.codes[cell] != PENDING:
+            return
+        self.codes[cell] = code
+        if detail != NULL and self.details[cell] == NULL:
+            length = strlen(detail)
+            if length > MAX_DETAIL:
+                length = MAX_DETAIL
+            self.details[cell] = <char *>malloc(length + 1)
+            if self.details[cell] != NULL:
+                memcpy(self.details[cell], detail, length)
+                self.details[cell][length] = 0
+        if code == OK:
+            self.oks[k] += 1
+        else:
+            self.fails[k] += 1
+        if self.decided_at[k] == 0 and (
+                self.oks[k] >= self.quorum or self.fails[k] > self.n - self.quorum):
+            self.decided_at[k] = now_ns()
+            self.c_undecided -= 1
+
+    cdef void _vote_master(self, int i, uint8_t code, const char *detail) noexcept nogil:
+        cdef int k
+        for k in range(self.c_n_keys):
+            self._vote(k, i, code, detail)
+
+    cdef void _fail_master(self, int i, uint8_t code, const char *detail,
+                           int64_t now) noexcept nogil:
+        """The master failed in this round: each key it has not answered gets this vote."""
+        cdef const char *reason = detail
+        if reason == NULL:
+            reason = b"failure"
+        self._vote_master(i, code, detail)
+        snprintf(self.masters[i].last_error, sizeof(self.masters[i].last_error),
+                 b"not retried yet after: %s", reason)
+        self.masters[i].slot_head = self.masters[i].slot_tail
+        self.masters[i].failed = True
+        fail(&self.masters[i], now)

@@ -1,0 +1,42 @@
+# cython: language_level=3
+# Declarations of the part of libhiredis that both 0.14 (Debian bookworm) and 1.x export.
+# Only declarations live here; the engine that uses them is engine.pyx.
+
+cdef extern from "hiredis/hiredis.h" nogil:
+    enum:
+        HIREDIS_MAJOR
+        HIREDIS_MINOR
+        HIREDIS_PATCH
+        REDIS_OK
+        REDIS_ERR
+        REDIS_REPLY_STRING
+        REDIS_REPLY_ARRAY
+        REDIS_REPLY_INTEGER
+        REDIS_REPLY_NIL
+        REDIS_REPLY_STATUS
+        REDIS_REPLY_ERROR
+
+    ctypedef struct redisReader:
+        pass
+
+    ctypedef struct redisReply:
+        int type
+        long long integer
+        size_t len
+        char *str
+
+    ctypedef struct redisContext:
+        int err
+        char errstr[128]
+        int fd
+        redisReader *reader
+
+    redisContext *redisConnectNonBlock(const char *ip, int port)
+    redisContext *redisConnectUnixNonBlock(const char *path)
+    void redisFree(redisContext *c)
+    int redisBufferRead(redisContext *c)
+    int redisBufferWrite(redisContext *c, int *done)
+    int redisAppendCommandArgv(redisContext *c, int argc, const char **argv,
+                               const size_t *argvlen)
+    int redisReaderGetReply(redisReader *r, void **reply)
+    void freeReplyObject(void *reply)

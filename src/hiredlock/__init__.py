@@ -1,0 +1,44 @@
+"""hiredlock: Redlock distributed locks on N independent Redis masters.
+
+from hiredlock import Redlock
+with Redlock(["redis://127.0.0.1:6379/0", ...]) as redlock:
+    with redlock.lock("report:2026-11", ttl=30):
+        ...
+"""
+
+from ._backend import available_backends
+from ._config import MasterSpec
+from ._errors import (
+    EngineUnavailable,
+    HiredlockError,
+    LockLost,
+    LockNotAcquired,
+    NotHeld,
+    QuorumUnreachable,
+    Vote,
+)
+from ._scripts import MAX_TTL_MS, Outcome
+from .lock import Lock
+from .redlock import Redlock
+
+MAX_TTL: float = MAX_TTL_MS / 1000.0
+"""The longest ttl a lock may have, in seconds (2**31 - 1 ms, about 24.8 days)."""
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MAX_TTL",
+    "EngineUnavailable",
+    "HiredlockError",
+    "Lock",
+    "LockLost",
+    "LockNotAcquired",
+    "MasterSpec",
+    "NotHeld",
+    "Outcome",
+    "QuorumUnreachable",
+    "Redlock",
+    "Vote",
+    "__version__",
+    "available_backends",
+]

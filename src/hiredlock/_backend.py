@@ -1,0 +1,58 @@
+"""Picks the engine, in one place: HIREDLOCK_IMPL=native|python forces one, else native if it loads.
+
+A forced engine that cannot load fails at import, loudly; the chosen engine names itself (.name).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from ._engine_py import PythonEngine
+from ._errors import EngineUnavailable
+
+BACKENDS = ("native", "python")
+ENV_VAR = "HIREDLOCK_IMPL"
+
+_native_error: Optional[BaseException] = None
+try:
+    from ._native import NativeEngine
+except ImportError as exc:  # no compiler, no libhiredis, or HIREDLOCK_NO_EXTENSIONS at build time
+    NativeEngine = None  # type: ignore[assignment,misc]
+    _native_error = exc
+
+
+def available_backends() -> tuple[str, ...]:
+    """The engines that load in this process, fastest first."""
+    return ("native", "python") if NativeEngine is not None else ("python",)
+
+
+def engine_class(backend: str) -> type:
+    """The engine class for "native", "python" or "auto" (the process default)."""
+    if backend == "auto":
+        return DEFAULT_ENGINE
+    if backend == "python":
+        return PythonEngine
+    if backend == "native":
+        if NativeEngine is None:
+            raise EngineUnavailable(
+                f"the native engine cannot be loaded: {_native_error}. Reinstall hiredlock with "
+                "libhiredis available (apt-get install libhiredis-dev pkg-config) or use "
+                "backend='python'"
+            )
+        return NativeEngine
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a str, not {type(backend).__name__}")
+    raise ValueError(f"backend must be 'auto', 'native' or 'python', got {backend!r}")
+
+
+def _default_engine() -> type:
+    forced = os.environ.get(ENV_VAR, "").strip()
+    if not forced:
+        return NativeEngine if NativeEngine is not None else PythonEngine
+    if forced not in BACKENDS:
+        raise EngineUnavailable(f"{ENV_VAR}={forced!r}: expected 'native' or 'python'")
+    return engine_class(forced)
+
+
+DEFAULT_ENGINE = _default_engine()

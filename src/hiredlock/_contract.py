@@ -1,0 +1,58 @@
+"""The engine contract: what both engines (native and pure Python) do, and nothing more.
+
+An engine owns one connection per master and does one round trip per call for a batch of keys. It
+does no sleeping, no retries and no policy: the API layer does those, once, for both engines. An
+engine is used by one thread at a time (the API layer pools them).
+
+A call returns one RoundResult per key:
+    codes:      bytes of length n_masters, codes[m] is an Outcome value for master m
+    elapsed_ns: monotonic nanoseconds from just before the first write to the moment the key's
+                outcome was decided (a quorum of OKs, or too many failures for one), or to the end
+                of the round when it never was
+    details:    None, or {master index: text} for error replies and connection failures
+
+Stop rules: with wait_all False the round ends once every key is decided; with wait_all True once
+every master has answered every command. Either way it ends at timeout_ms after it started.
+Replies that arrive after a round ended are read and thrown away by a later round (they are never
+taken for the answer to a later command), or the connection is dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Optional, Protocol
+
+from ._config import MasterSpec
+
+RoundResult = tuple[bytes, int, Optional[dict[int, str]]]
+
+
+class Engine(Protocol):
+    name: str
+
+    def __init__(self, masters: Sequence[MasterSpec], quorum: int) -> None: ...
+
+    def set_nx(
+        self,
+        keys: Sequence[bytes],
+        tokens: Sequence[bytes],
+        ttl_ms: int,
+        timeout_ms: float,
+    ) -> list[RoundResult]:
+        """SET key token NX PX ttl_ms on every master: OK if set, TAKEN if the key exists."""
+        ...
+
+    def run_script(
+        self,
+        sha: bytes,
+        source: bytes,
+        keys: Sequence[bytes],
+        tokens: Sequence[bytes],
+        extra_arg: Optional[bytes],
+        timeout_ms: float,
+        wait_all: bool,
+    ) -> list[RoundResult]:
+        """EVALSHA sha 1 key token [extra_arg] (EVAL source on NOSCRIPT): OK on a reply > 0."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,53 @@
+"""The exception hierarchy. Every failure a caller can act on has its own type and carries votes."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+from ._scripts import Outcome
+
+
+class Vote(NamedTuple):
+    """One master's answer in one round: which master, what it said, and the error text if any."""
+
+    master: str
+    outcome: Outcome
+    detail: Optional[str] = None
+
+    def __str__(self) -> str:
+        text = f"{self.master}: {self.outcome.name}"
+        return f"{text} ({self.detail})" if self.detail else text
+
+
+def _describe(votes: tuple[Vote, ...]) -> str:
+    return "; ".join(str(vote) for vote in votes)
+
+
+class HiredlockError(Exception):
+    """Base class of every error this library raises on purpose."""
+
+
+class _VotesError(HiredlockError):
+    def __init__(self, message: str, votes: tuple[Vote, ...] = ()) -> None:
+        self.votes = tuple(votes)
+        super().__init__(f"{message} [{_describe(self.votes)}]" if self.votes else message)
+
+
+class LockNotAcquired(_VotesError):
+    """The lock was not acquired: held by another client, or no valid quorum in time."""
+
+
+class QuorumUnreachable(LockNotAcquired):
+    """Masters failed (timeouts, connection errors, error replies) so no quorum could answer."""
+
+
+class LockLost(_VotesError):
+    """Release or extend found the lock no longer held by a quorum of masters."""
+
+
+class NotHeld(HiredlockError, RuntimeError):
+    """Release or extend of a lock this object does not hold (never acquired, or released)."""
+
+
+class EngineUnavailable(HiredlockError, ImportError):
+    """The engine asked for (backend= or HIREDLOCK_IMPL) cannot be loaded here."""

@@ -1,0 +1,98 @@
+"""The rules of the algorithm, written once: Lua scripts, vote outcomes, drift and validity.
+
+Both engines take their scripts and outcome codes from here; the API layer takes the timing rules.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from typing import NamedTuple
+
+
+class Script(NamedTuple):
+    """A Lua script as sent on the wire: EVALSHA with `sha`, EVAL with `source` on NOSCRIPT."""
+
+    source: bytes
+    sha: bytes
+
+
+def _script(source: str) -> Script:
+    raw = source.encode()
+    return Script(raw, hashlib.sha1(raw).hexdigest().encode())
+
+
+# Compare-then-delete: never removes a key that another holder set (KEYS[1] = key, ARGV[1] = token).
+RELEASE = _script(
+    "if redis.call('get', KEYS[1]) == ARGV[1] then "
+    "return redis.call('del', KEYS[1]) else return 0 end"
+)
+
+# Compare-then-pexpire: re-arms our own key only; a key that is gone stays gone (ARGV[2] = ttl ms).
+EXTEND = _script(
+    "if redis.call('get', KEYS[1]) == ARGV[1] then "
+    "return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end"
+)
+
+
+class Outcome(enum.IntEnum):
+    """What one master answered to one command in one round."""
+
+    OK = 0  # SET applied, or the script acted on our key
+    TAKEN = 1  # the master answered but refused: key held by another token, or not ours any more
+    TIMEOUT = 2  # no answer within the per-master timeout
+    CONN_ERROR = 3  # could not connect, or the connection broke
+    ERROR = 4  # an error reply (WRONGTYPE, READONLY, NOAUTH, OOM, ...); its text is the detail
+    SKIPPED = 5  # not waited for: the key's outcome was already decided by the other masters
+
+
+# Outcomes that mean the master failed, rather than answered (OK/TAKEN) or was not waited for.
+FAILURES = frozenset({Outcome.TIMEOUT, Outcome.CONN_ERROR, Outcome.ERROR})
+
+
+# Bytes with these values are what the engines return per master; the native engine reads them here.
+OUTCOME_CODES = {outcome.name: int(outcome) for outcome in Outcome}
+
+TOKEN_BYTES = 20  # from the OS CSPRNG, sent as 40 hex characters
+
+DEFAULT_DRIFT_FACTOR = 0.01
+DRIFT_CONSTANT_MS = 2.0  # covers the granularity of the servers' expiry clocks
+
+# Redis takes much longer PX values; 2**31 - 1 ms (about 24.8 days) keeps every client and server
+# arithmetic in 32 bits, and no lock that must be renewed by hand should outlive it.
+MAX_TTL_MS = 2**31 - 1
+
+# Default per-master wait: a fraction of the ttl, bounded so that a dead master costs little.
+MASTER_TIMEOUT_FRACTION = 0.05
+MASTER_TIMEOUT_MIN_MS = 5.0
+MASTER_TIMEOUT_MAX_MS = 50.0
+
+# After a failure, acquire does not reconnect to that master for this long, doubling up to the max.
+RECONNECT_BACKOFF_MIN_MS = 10
+RECONNECT_BACKOFF_MAX_MS = 500
+
+# A connection that owes this many replies to abandoned rounds is dropped rather than drained.
+MAX_STALE_REPLIES = 256
+
+
+def quorum(n_masters: int) -> int:
+    return n_masters // 2 + 1
+
+
+def quorum_unreachable(codes: bytes, n_quorum: int) -> bool:
+    """True when so many masters failed that no quorum could have answered, free lock or not."""
+    failed = sum(codes.count(outcome) for outcome in FAILURES)
+    return failed > len(codes) - n_quorum
+
+
+def drift_ms(ttl_ms: float, drift_factor: float) -> float:
+    return ttl_ms * drift_factor + DRIFT_CONSTANT_MS
+
+
+def validity_ms(ttl_ms: float, elapsed_ms: float, drift_factor: float) -> float:
+    """Time the lock is still guaranteed for, measured from the end of the round."""
+    return ttl_ms - elapsed_ms - drift_ms(ttl_ms, drift_factor)
+
+
+def default_master_timeout_ms(ttl_ms: float) -> float:
+    return min(MASTER_TIMEOUT_MAX_MS, max(MASTER_TIMEOUT_MIN_MS, ttl_ms * MASTER_TIMEOUT_FRACTION))
