@@ -162,6 +162,7 @@ cdef struct Master:
     int slot_cap
     bint want_write            # obuf not flushed yet
     bint failed                # failed in this round
+    bint waited                # wait_all rounds wait for it (it kept up with earlier rounds)
 
 
 cdef void drop(Master *m) noexcept nogil:
@@ -452,10 +453,16 @@ cdef class NativeEngine:
         self.c_undecided = cmd.n_keys
         self.c_timeout_ns = deadline - t0
 
+        # 0. Take in what arrived since the last round: late replies, and closed connections.
+        self._refresh()
+
         # 1. Queue every command on every master and write what can be written.
         for i in range(self.n):
             m = &self.masters[i]
             m.failed = False
+            # A master still owing replies to an earlier round, or still connecting since one, gets
+            # this round's commands queued behind them, but a wait_all round does not wait for it.
+            m.waited = m.stale == 0 and m.state != CONNECTING
             m.slot_head = 0
             m.slot_tail = 0
             self._prepare(i, cmd, t0, honour_backoff)
@@ -467,10 +474,10 @@ cdef class NativeEngine:
                 m = &self.masters[i]
                 if m.failed or m.ctx == NULL:
                     continue
-                if m.slot_head == m.slot_tail and not m.want_write:
-                    continue
                 if m.state == CONNECTING:
                     events = POLLOUT
+                elif m.slot_head == m.slot_tail and not m.want_write:
+                    continue
                 else:
                     events = POLLIN
                     if m.want_write:
@@ -511,17 +518,63 @@ cdef class NativeEngine:
             if m.stale > MAX_STALE:
                 fail(m, now)
 
+    cdef void _refresh(self) noexcept nogil:
+        """Reads, without waiting, what idle connections received since the last round.
+
+        Late replies to earlier rounds are dropped here, so a master that was merely slower than
+        the quorum is waited for again; a connection the master closed meanwhile (a restart) is
+        replaced in this round instead of failing it.
+        """
+        cdef int i, k, nfds = 0
+        cdef Master *m
+        cdef void *raw = NULL
+        cdef redisReply *reply
+        cdef bint broken
+        for i in range(self.n):
+            m = &self.masters[i]
+            if m.ctx != NULL and m.state == READY:
+                self.fds[nfds].fd = m.ctx.fd
+                self.fds[nfds].events = POLLIN
+                self.fds[nfds].revents = 0
+                self.fd_master[nfds] = i
+                nfds += 1
+        if nfds == 0 or poll(self.fds, nfds, 0) <= 0:
+            return
+        for k in range(nfds):
+            if not self.fds[k].revents:
+                continue
+            m = &self.masters[self.fd_master[k]]
+            broken = redisBufferRead(m.ctx) == REDIS_ERR
+            while not broken:
+                if redisReaderGetReply(m.ctx.reader, &raw) == REDIS_ERR:
+                    broken = True
+                    break
+                if raw == NULL:
+                    break
+                reply = <redisReply *>raw
+                if m.handshake > 0:
+                    m.handshake -= 1
+                    broken = reply.type == REDIS_REPLY_ERROR  # the next connect reports it
+                elif m.stale > 0:
+                    m.stale -= 1
+                else:
+                    broken = True  # a reply nobody asked for: never guess what it answers
+                freeReplyObject(raw)
+            if broken:
+                drop(m)
+
     cdef bint _any_outstanding(self) noexcept nogil:
         cdef int i
         for i in range(self.n):
-            if (not self.masters[i].failed and self.masters[i].ctx != NULL
-                    and self.masters[i].slot_head != self.masters[i].slot_tail):
+            if (self.masters[i].waited and not self.masters[i].failed
+                    and self.masters[i].ctx != NULL
+                    and (self.masters[i].state == CONNECTING
+                         or self.masters[i].slot_head != self.masters[i].slot_tail)):
                 return True
         return False
 
     cdef void _prepare(self, int i, Command *cmd, int64_t now, bint honour_backoff) noexcept nogil:
         cdef Master *m = &self.masters[i]
-        cdef int k
         if m.state == CONNECTING and now >= m.connect_deadline:
             self._fail_master(i, CONN_ERROR, b"connect timed out", now)
             return
@@ -533,19 +586,25 @@ cdef class NativeEngine:
                 return
             if not self._connect(i, now):
                 return
+        if m.state == READY:
+            self._queue_round(i, cmd, now)
+        # else: commands are queued once the connect completes, if it does within this round; a
+        # connection still connecting when the round ends has nothing queued, so nothing stale
+        # can reach the master later.
+
+    cdef void _queue_round(self, int i, Command *cmd, int64_t now) noexcept nogil:
+        """Queues the handshake (on a new connection) and every command of the round; writes."""
+        cdef Master *m = &self.masters[i]
+        cdef int k
         for k in range(cmd.n_keys):
             if not self._append(m, cmd, k, False):
                 self._fail_master(i, CONN_ERROR, b"out of memory", now)
                 return
         m.want_write = True
-        if m.state == READY:
-            self._write(i, now)
+        self._write(i, now)
 
     cdef bint _connect(self, int i, int64_t now) noexcept nogil:
         cdef Master *m = &self.masters[i]
-        cdef const char *argv[2]
-        cdef size_t argvlen[2]
-        cdef char dbtext[24]
         if m.path != NULL:
             m.ctx = redisConnectUnixNonBlock(m.path)
         else:
@@ -560,6 +619,13 @@ cdef class NativeEngine:
         m.connect_deadline = now + self.c_timeout_ns
         m.stale = 0
         m.handshake = 0
+        return True
+
+    cdef void _handshake(self, Master *m) noexcept nogil:
+        """Queues AUTH and SELECT on a connection that has just connected; they answer first."""
+        cdef const char *argv[2]
+        cdef size_t argvlen[2]
+        cdef char dbtext[24]
         if m.auth_argc:
             redisAppendCommandArgv(m.ctx, m.auth_argc, m.auth_argv, m.auth_len)
             m.handshake += 1
@@ -570,7 +636,6 @@ cdef class NativeEngine:
             argv[1] = dbtext
             redisAppendCommandArgv(m.ctx, 2, argv, argvlen)
             m.handshake += 1
-        return True
 
     cdef bint _append(self, Master *m, Command *cmd, int k, bint as_eval) noexcept nogil:
         """Formats one command for key k into the master's output buffer; False on OOM."""
@@ -644,7 +709,8 @@ cdef class NativeEngine:
                 return
             m.state = READY
             m.backoff_ms = 0
-            self._write(i, now)
+            self._handshake(m)
+            self._queue_round(i, cmd, now)
             return
         if revents & POLLOUT:
             self._write(i, now)

@@ -12,7 +12,9 @@ A call returns one RoundResult per key:
     details:    None, or {master index: text} for error replies and connection failures
 
 Stop rules: with wait_all False the round ends once every key is decided; with wait_all True once
-every master has answered every command. Either way it ends at timeout_ms after it started.
+every master has answered every command, except masters that still owed replies to an earlier round
+(they were slow then): their commands are queued behind those replies but not waited for, so one
+stopped master does not cost every release its full timeout. Either way a round ends at timeout_ms.
 Replies that arrive after a round ended are read and thrown away by a later round (they are never
 taken for the answer to a later command), or the connection is dropped.
 """

@@ -8,7 +8,11 @@ redis-py's own retries are off and every blocking call is bounded by the round's
 from __future__ import annotations
 
 import contextlib
+import errno
+import inspect
+import os
 import select
+import socket
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -16,7 +20,7 @@ from typing import Any, Optional
 
 import redis
 from redis.backoff import NoBackoff
-from redis.connection import Connection, UnixDomainSocketConnection
+from redis.connection import AbstractConnection, Connection, UnixDomainSocketConnection
 from redis.exceptions import AuthenticationError, NoScriptError, ResponseError
 from redis.retry import Retry
 
@@ -65,10 +69,47 @@ def _error_text(exc: ResponseError) -> str:
     return text
 
 
+# No CLIENT SETINFO round trips on connect: redis-py 8 takes driver_info, older ones lib_name.
+if "driver_info" in inspect.signature(AbstractConnection.__init__).parameters:
+    _NO_CLIENT_INFO: dict[str, Any] = {"driver_info": None}
+else:
+    _NO_CLIENT_INFO = {"lib_name": None, "lib_version": None}
+
+
+class _PreparedSocketMixin:
+    """Lets redis-py adopt a socket that our own non-blocking connect opened (no second connect)."""
+
+    prepared_socket: Optional[socket.socket] = None
+
+    def _connect(self) -> socket.socket:
+        sock, self.prepared_socket = self.prepared_socket, None
+        if sock is None:
+            return super()._connect()  # type: ignore[misc]
+        sock.settimeout(self.socket_timeout)  # type: ignore[attr-defined]
+        return sock
+
+
+class _TcpConnection(_PreparedSocketMixin, Connection):
+    pass
+
+
+class _UnixConnection(_PreparedSocketMixin, UnixDomainSocketConnection):
+    pass
+
+
 class _Master:
     """One master's connection and what it still owes us."""
 
-    __slots__ = ("backoff_ms", "conn", "down_until", "index", "last_error", "spec", "stale")
+    __slots__ = (
+        "backoff_ms",
+        "conn",
+        "down_until",
+        "index",
+        "last_error",
+        "spec",
+        "stale",
+        "waited",
+    )
 
     def __init__(self, index: int, spec: MasterSpec) -> None:
         self.index = index
@@ -78,26 +119,50 @@ class _Master:
         self.down_until = 0  # monotonic ns before which acquire does not reconnect
         self.backoff_ms = 0
         self.last_error = ""
+        self.waited = True
 
-    def connection(self, timeout_s: float) -> Connection:
+    @property
+    def connected(self) -> bool:
+        return self.conn is not None and self.conn._sock is not None
+
+    def start_connect(self) -> socket.socket:
+        """Starts a non-blocking connect, so that every master connects at once."""
+        if self.spec.path is not None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            address: Any = self.spec.path
+        else:
+            family, kind, proto, _name, address = socket.getaddrinfo(
+                self.spec.host, self.spec.port, type=socket.SOCK_STREAM
+            )[0]
+            sock = socket.socket(family, kind, proto)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setblocking(False)
+        error = sock.connect_ex(address)
+        if error not in (0, errno.EINPROGRESS, errno.EAGAIN):
+            sock.close()
+            raise ConnectionRefusedError(error, os.strerror(error))
+        return sock
+
+    def adopt(self, sock: socket.socket, timeout_s: float) -> None:
+        """Hands a connected socket to redis-py, which logs in (AUTH, SELECT) within timeout_s."""
         if self.conn is None:
-            common: dict[str, Any] = {
+            options: dict[str, Any] = {
                 "db": self.spec.db,
                 "username": self.spec.username,
                 "password": self.spec.password,
-                "socket_timeout": timeout_s,
-                "socket_connect_timeout": timeout_s,
                 "retry": Retry(NoBackoff(), 0),
-                "lib_name": None,
-                "lib_version": None,
+                "protocol": 2,  # RESP2 and no HELLO round trip on connect
+                **_NO_CLIENT_INFO,
             }
             if self.spec.path is not None:
-                self.conn = UnixDomainSocketConnection(path=self.spec.path, **common)
+                self.conn = _UnixConnection(path=self.spec.path, **options)
             else:
-                self.conn = Connection(host=self.spec.host, port=self.spec.port, **common)
+                self.conn = _TcpConnection(host=self.spec.host, port=self.spec.port, **options)
         self.conn.socket_timeout = timeout_s
-        self.conn.socket_connect_timeout = timeout_s
-        return self.conn
+        self.conn.prepared_socket = sock
+        self.conn.connect()
+        self.backoff_ms = 0
+        self.stale = 0
 
     def failed(self, now_ns: int, reason: str) -> None:
         """Drops the connection after an error and sets a growing pause before the next connect."""
@@ -242,26 +307,92 @@ class PythonEngine:
         t0 = time.monotonic_ns()
         deadline = t0 + int(timeout_ms * 1_000_000)
         votes = _Round(n_keys, len(self._masters), self._quorum, t0)
-        queues: dict[int, tuple[_Master, deque]] = {}  # fd -> (master, reply slots)
-        for master in self._masters:
-            self._send(master, commands, votes, queues, deadline, honour_backoff)
+        self._refresh()
         poller = select.poll()
-        for fd in queues:
-            poller.register(fd, select.POLLIN)
-        while queues and (wait_all or votes.undecided):
+        queues: dict[int, tuple[_Master, deque]] = {}  # fd -> (master, reply slots)
+        connecting: dict[int, tuple[_Master, socket.socket]] = {}
+        for master in self._masters:
+            if master.connected:
+                self._send(master, commands, votes, queues, poller)
+            elif honour_backoff and t0 < master.down_until:
+                # An acquire does not wait for a master that just failed; release does.
+                self._vote_all(votes, master.index, CONN_ERROR, master.last_error)
+            else:
+                try:
+                    sock = master.start_connect()
+                except OSError as exc:
+                    self._give_up(votes, master, exc)
+                    continue
+                connecting[sock.fileno()] = (master, sock)
+                poller.register(sock, select.POLLOUT)
+        while (queues or connecting) and (
+            (connecting or self._waiting_for(queues)) if wait_all else votes.undecided
+        ):
             remaining_ns = deadline - time.monotonic_ns()
             if remaining_ns <= 0:
                 break
             for fd, _events in poller.poll(-(-remaining_ns // 1_000_000)):
+                if fd in connecting:
+                    master, sock = connecting.pop(fd)
+                    poller.unregister(fd)
+                    if self._connected(master, sock, votes, deadline):
+                        self._send(master, commands, votes, queues, poller)
+                    continue
                 master, slots = queues[fd]
                 if self._read(master, slots, kind, fallback, votes, deadline) and slots:
                     continue
                 del queues[fd]
                 poller.unregister(fd)
         end = time.monotonic_ns()
+        for master, sock in connecting.values():
+            # Nothing was sent on it: closing loses nothing. Past the deadline it counts as failed.
+            sock.close()
+            if end >= deadline:
+                self._give_up(votes, master, TimeoutError("connect timed out"))
         for master, slots in queues.values():
             self._abandon(master, slots)
         return votes.results(end)
+
+    def _refresh(self) -> None:
+        """Reads, without waiting, what idle connections received since the last round.
+
+        Late replies to earlier rounds are dropped here, so a master that was merely slower than
+        the quorum is waited for again; a connection the master closed meanwhile (a restart) is
+        replaced in this round instead of failing it.
+        """
+        idle = {m.conn._sock.fileno(): m for m in self._masters if m.connected}
+        if not idle:
+            return
+        poller = select.poll()
+        for fd in idle:
+            poller.register(fd, select.POLLIN)
+        for fd, _events in poller.poll(0):
+            master = idle[fd]
+            try:
+                while master.stale and master.conn.can_read(timeout=0):
+                    with contextlib.suppress(ResponseError):
+                        master.conn.read_response(disable_decoding=True)
+                    master.stale -= 1
+                broken = master.conn.can_read(timeout=0)  # EOF, or a reply nobody asked for
+            except (redis.RedisError, OSError):
+                broken = True
+            if broken:
+                master.drop()
+
+    def _connected(
+        self, master: _Master, sock: socket.socket, votes: _Round, deadline: int
+    ) -> bool:
+        """Finishes a non-blocking connect and logs in; False (and votes) when that failed."""
+        error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        try:
+            if error:
+                raise ConnectionRefusedError(error, os.strerror(error))
+            master.adopt(sock, max(deadline - time.monotonic_ns(), 1_000_000) / 1e9)
+        except (redis.RedisError, OSError) as exc:
+            sock.close()
+            self._give_up(votes, master, exc)
+            return False
+        return True
 
     def _send(
         self,
@@ -269,28 +400,23 @@ class PythonEngine:
         commands: list[tuple],
         votes: _Round,
         queues: dict,
-        deadline: int,
-        honour_backoff: bool,
+        poller: Any,
     ) -> None:
-        now = time.monotonic_ns()
+        conn = master.conn
         try:
-            if master.conn is None or master.conn._sock is None:
-                if honour_backoff and now < master.down_until:
-                    # An acquire does not wait for a master that just failed; release does.
-                    self._vote_all(votes, master.index, CONN_ERROR, master.last_error)
-                    return
-                master.connection(max(deadline - now, 1_000_000) / 1e9).connect()
-                master.backoff_ms = 0
-                master.stale = 0
-            conn = master.conn
             conn.send_packed_command(conn.pack_commands(commands), check_health=False)
         except (redis.RedisError, OSError) as exc:
             self._give_up(votes, master, exc)
             return
+        # A master still owing replies to an earlier round gets this round's commands queued
+        # behind them, but a wait_all round does not wait for it.
+        master.waited = master.stale == 0
         slots = deque([DISCARD] * master.stale)
         slots.extend(range(len(commands)))
         master.stale = 0
-        queues[conn._sock.fileno()] = (master, slots)
+        fd = conn._sock.fileno()
+        queues[fd] = (master, slots)
+        poller.register(fd, select.POLLIN)
 
     def _read(
         self,
@@ -336,6 +462,10 @@ class PythonEngine:
             self._give_up(votes, master, exc)
             slots.clear()
             return False
+
+    @staticmethod
+    def _waiting_for(queues: dict) -> bool:
+        return any(master.waited for master, _slots in queues.values())
 
     @staticmethod
     def _abandon(master: _Master, slots: deque) -> None:

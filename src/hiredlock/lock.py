@@ -216,13 +216,15 @@ class Lock:
             ttl_ms, timeout_ms, drift = self._timing(ttl, "ttl")
         redlock = self._redlock
         start = time.monotonic_ns()
+        # wait_all: every master that keeps up gets the new ttl (and the EVAL after a NOSCRIPT);
+        # the validity still counts from when the quorum was reached.
         result = redlock._script(
             _scripts.EXTEND,
             (self._key,),
             (token,),
             str(ttl_ms).encode(),
             timeout_ms,
-            wait_all=False,
+            wait_all=True,
         )[0]
         codes, elapsed_ns, _details = result
         if codes.count(_OK) >= redlock.quorum and ttl_ms - elapsed_ns / 1e6 - drift > 0:
