@@ -28,7 +28,7 @@ venv: $(PY)
 
 # The package with its native engine; a failed extension build is an error here.
 install: deps venv
-	$(PY) -m pip install -q "setuptools>=64" "Cython>=3" wheel
+	$(PY) -m pip install -q "setuptools>=77" "Cython>=3" wheel
 	HIREDLOCK_REQUIRE_EXTENSIONS=1 $(PY) -m pip install -q --no-build-isolation -e ".[dev]"
 
 # The test command: every API test runs on both engines, against real redis-servers.

@@ -1,0 +1,155 @@
+"""Fixtures for the hiredlock test suite.
+
+* Real redis-server processes only (see servers.py); a missing redis-server is an error, not a skip.
+* `engine` runs every API test on both engines.  The native param FAILS when the extension cannot
+  be loaded, unless HIREDLOCK_NO_EXTENSIONS=1 (then it is skipped, with the reason).
+* `masters5`: five session-wide servers, flushed before every test and revived (SIGCONT /
+  restart) after a test that stopped or killed some of them.
+* `redis_factory(n)`: n fresh servers for tests that change server configuration.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import servers
+from servers import PortTaken, RedisServer
+from support import no_extensions
+
+ENGINES = ["native", "python"]
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "slow: long-running test (100k tokens, multi-process contention)"
+    )
+    config.addinivalue_line("markers", "fork: test calls os.fork() in the pytest process")
+    config.addinivalue_line("markers", "subprocess: test runs python subprocesses")
+
+
+# -- engines --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=ENGINES, ids=ENGINES)
+def engine(request) -> str:
+    name = request.param
+    if name == "native":
+        import hiredlock
+
+        if "native" not in hiredlock.available_backends():
+            if no_extensions():
+                pytest.skip("native engine not built: HIREDLOCK_NO_EXTENSIONS=1")
+            try:
+                import hiredlock._native
+            except Exception as exc:  # ImportError or anything the module raises on import
+                pytest.fail(
+                    f"the native engine (hiredlock._native) does not load: {exc!r}", pytrace=False
+                )
+            pytest.fail(
+                "hiredlock._native imports but available_backends() does not list 'native'",
+                pytrace=False,
+            )
+    return name
+
+
+@pytest.fixture
+def make_redlock(engine):
+    """Build Redlock(..., backend=engine); every instance is closed at teardown."""
+    from hiredlock import Redlock
+
+    made = []
+
+    def make(masters, **kw):
+        kw.setdefault("backend", engine)
+        rl = Redlock(masters, **kw)
+        made.append(rl)
+        return rl
+
+    yield make
+    for rl in made:
+        rl.close()
+
+
+# -- servers --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def redis_server_bin():
+    try:
+        return servers.require_redis_server()
+    except servers.RedisServerMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+class ServerPool:
+    def __init__(self, n):
+        self.servers = [RedisServer() for _ in range(n)]
+
+    def heal(self):
+        for i, srv in enumerate(self.servers):
+            if srv.alive and srv.stopped:
+                srv.cont()
+            if not srv.alive:
+                try:
+                    srv.restart()
+                except PortTaken:
+                    srv.cleanup()
+                    self.servers[i] = RedisServer()
+            srv = self.servers[i]
+            srv.admin().ping()
+
+    def reset(self):
+        self.heal()
+        for srv in self.servers:
+            a = srv.admin()
+            a.flushall()
+            # Every test starts with no cached script, so the NOSCRIPT -> EVAL path is always
+            # exercised on first use (and results don't depend on test order).
+            a.script_flush()
+            a.config_set("requirepass", "")
+
+    def cleanup(self):
+        for srv in self.servers:
+            srv.cleanup()
+
+
+@pytest.fixture(scope="session")
+def _pool5(redis_server_bin):
+    pool = ServerPool(5)
+    yield pool
+    pool.cleanup()
+
+
+@pytest.fixture
+def masters5(_pool5):
+    """Five running, empty masters (list of RedisServer). Tests may kill/stop them; they are
+    revived afterwards.  Tests must not change their configuration (use redis_factory)."""
+    _pool5.reset()
+    yield list(_pool5.servers)
+    _pool5.heal()
+
+
+@pytest.fixture
+def redis_factory(redis_server_bin):
+    started = []
+
+    def start(n=1, **kw):
+        new = [RedisServer(**kw) for _ in range(n)]
+        started.extend(new)
+        return new
+
+    yield start
+    for srv in started:
+        srv.cleanup()
+
+
+@pytest.fixture
+def key(request):
+    """A key name unique to this test run."""
+    return f"hl:{request.node.name}:{uuid.uuid4().hex[:8]}"

@@ -1,0 +1,146 @@
+"""Small helpers shared by the test modules."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import time
+
+TOKEN_RE = re.compile(r"\A[0-9a-f]{40}\Z")
+FOREIGN = b"foreign-holder-value"
+
+# Extra seconds added to every upper time bound, for loaded CI machines (default 0).
+EXTRA_SLACK = float(os.environ.get("HIREDLOCK_TEST_EXTRA_SLACK", "0") or 0)
+
+
+def no_extensions() -> bool:
+    """HIREDLOCK_NO_EXTENSIONS=1: the package was built without its native engine on purpose."""
+    return os.environ.get("HIREDLOCK_NO_EXTENSIONS", "").strip().lower() in {
+        "1",
+        "true",
+        "yes",
+        "on",
+    }
+
+
+def urls(servers):
+    return [s.url for s in servers]
+
+
+def kb(key) -> bytes:
+    return key.encode() if isinstance(key, str) else bytes(key)
+
+
+def values(servers, key):
+    """GET key on every server (callers pass live, running servers only)."""
+    return [s.admin().get(key) for s in servers]
+
+
+# Commands the library sent but did not wait for (masters beyond the quorum, fire-and-forget
+# unlocks) may still be in flight on another connection when an assertion's command arrives.
+# State checks on the masters therefore poll for up to EVENTUAL seconds before failing.
+EVENTUAL = 1.0
+
+
+def assert_no_key(servers, key, msg="", timeout=EVENTUAL):
+    deadline = time.monotonic() + timeout
+    while True:
+        vals = values(servers, key)
+        if all(v is None for v in vals):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"key {key!r} still present {msg}: {vals}")
+        time.sleep(0.002)
+
+
+def assert_values(servers, key, expected, msg="", timeout=EVENTUAL):
+    """Every server ends up holding `expected` (str tokens are compared as ascii bytes)."""
+    if isinstance(expected, str):
+        expected = expected.encode()
+    deadline = time.monotonic() + timeout
+    while True:
+        vals = values(servers, key)
+        if all(v == expected for v in vals):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"key {key!r}: expected {expected!r} everywhere {msg}, got {vals}")
+        time.sleep(0.002)
+
+
+def assert_pttl_between(servers, key, lo, hi, msg="", timeout=EVENTUAL):
+    deadline = time.monotonic() + timeout
+    while True:
+        vals = [s.admin().pttl(key) for s in servers]
+        if all(lo < v <= hi for v in vals):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"key {key!r}: PTTL not in ({lo}, {hi}] {msg}: {vals}")
+        time.sleep(0.002)
+
+
+def set_foreign(servers, key, px=60000, value=FOREIGN):
+    for s in servers:
+        assert s.admin().set(key, value, px=px)
+
+
+def assert_foreign_intact(servers, key, px=60000, value=FOREIGN, tolerance_ms=5000):
+    for s in servers:
+        a = s.admin()
+        assert a.get(key) == value, f"foreign value on port {s.port} changed: {a.get(key)!r}"
+        pttl = a.pttl(key)
+        assert px - tolerance_ms < pttl <= px, f"foreign PTTL on port {s.port} changed: {pttl}"
+
+
+def attempt(lock, **kw):
+    """acquire(); returns True, False, or the LockNotAcquired instance it raised."""
+    from hiredlock import LockNotAcquired
+
+    try:
+        return lock.acquire(**kw)
+    except LockNotAcquired as exc:
+        return exc
+
+
+def wait_until(pred, timeout, what):
+    """Poll a condition that has no event to wait on (server-side state), with a deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for: {what}")
+        time.sleep(0.005)
+
+
+def vote_for(votes, server):
+    """The vote of a given server (matched by host:port in Vote.master)."""
+    pat = re.compile(rf":{server.port}(?!\d)")
+    hits = [v for v in votes if pat.search(v.master)]
+    assert len(hits) == 1, f"expected one vote for port {server.port}, got {votes}"
+    return hits[0]
+
+
+def debug_sleep(servers, seconds):
+    """Make each server sleep (DEBUG SLEEP, sent on a raw socket) and return only once all of them
+    are provably blocked: a PING sent on another connection gets no answer within 20 ms.
+    Returns the sockets; close them afterwards."""
+    arg = str(seconds).encode()
+    cmd = b"*3\r\n$5\r\nDEBUG\r\n$5\r\nSLEEP\r\n$%d\r\n%s\r\n" % (len(arg), arg)
+    socks = []
+    for s in servers:
+        s1 = socket.create_connection(("127.0.0.1", s.port))
+        s1.sendall(cmd)
+        socks.append(s1)
+    for s in servers:
+        s2 = socket.create_connection(("127.0.0.1", s.port))
+        socks.append(s2)
+        s2.sendall(b"*1\r\n$4\r\nPING\r\n")
+        s2.settimeout(0.02)
+        try:
+            data = s2.recv(64)
+        except (TimeoutError, socket.timeout):
+            continue  # blocked: the sleep is running
+        raise AssertionError(f"DEBUG SLEEP did not block port {s.port} (got {data!r})")
+    return socks

@@ -1,0 +1,260 @@
+"""Acceptance 8: bad input raises TypeError/ValueError naming the argument, before any I/O.
+
+"No I/O" is checked soundly with a canary: the master URL points at a loopback socket that we
+listen on and never accept; any connection attempt by the library would complete in the kernel and
+show up in its accept queue (Canary.touched())."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+import pytest
+from servers import Canary
+
+import hiredlock
+from hiredlock import Redlock
+
+
+@pytest.fixture
+def canary():
+    c = Canary()
+    yield c
+    c.close()
+
+
+def _raises_naming(fn, argname, canary):
+    with pytest.raises((TypeError, ValueError)) as ei:
+        fn()
+    assert argname in str(ei.value), (
+        f"{type(ei.value).__name__}({ei.value}) does not name {argname!r}"
+    )
+    assert not canary.touched(), "the library connected to a master while rejecting bad input"
+    return ei.value
+
+
+BAD_TTLS = [
+    pytest.param(0, id="zero"),
+    pytest.param(0.0, id="zero-float"),
+    pytest.param(-1, id="negative"),
+    pytest.param(-0.5, id="negative-float"),
+    pytest.param(math.nan, id="nan"),
+    pytest.param(math.inf, id="inf"),
+    pytest.param(-math.inf, id="-inf"),
+    pytest.param(True, id="bool-true"),
+    pytest.param(False, id="bool-false"),
+    pytest.param("10", id="str"),
+    pytest.param(None, id="none"),
+    pytest.param([1], id="list"),
+    pytest.param(b"1", id="bytes"),
+    pytest.param(1 + 0j, id="complex"),
+    pytest.param(timedelta(0), id="timedelta-zero"),
+    pytest.param(timedelta(seconds=-1), id="timedelta-negative"),
+    pytest.param("max+1", id="over-MAX_TTL"),
+    pytest.param(10**12, id="huge-int"),
+    pytest.param(timedelta(days=365), id="timedelta-year"),
+    pytest.param(0.0001, id="below-1ms"),
+    pytest.param(0.002, id="no-validity-after-drift"),
+    pytest.param(0.005, id="no-validity-after-default-master-timeout"),
+]
+
+
+@pytest.mark.parametrize("ttl", BAD_TTLS)
+def test_bad_ttl(engine, canary, ttl):
+    if ttl == "max+1":
+        ttl = hiredlock.MAX_TTL + 1
+    rl = Redlock([canary.url], backend=engine)
+    try:
+        _raises_naming(lambda: rl.lock("name", ttl), "ttl", canary)
+    finally:
+        rl.close()
+    assert not canary.touched()
+
+
+def test_ttl_type_errors_are_type_errors(engine, canary):
+    rl = Redlock([canary.url], backend=engine)
+    try:
+        for bad in ("10", None, [1], True):
+            with pytest.raises(TypeError, match="ttl"):
+                rl.lock("name", bad)
+        for bad in (0, -1, math.nan, math.inf):
+            with pytest.raises(ValueError, match="ttl"):
+                rl.lock("name", bad)
+    finally:
+        rl.close()
+    assert not canary.touched()
+
+
+def test_ttl_too_small_for_explicit_master_timeout(engine, canary):
+    rl = Redlock([canary.url], backend=engine, master_timeout=1)
+    try:
+        _raises_naming(lambda: rl.lock("name", 1), "ttl", canary)
+        _raises_naming(lambda: rl.lock("name", 0.5), "ttl", canary)
+        rl.lock("name", 1.1)  # 1.1 - 0.011 - 0.002 - 1 > 0: fine
+    finally:
+        rl.close()
+    assert not canary.touched()
+
+
+def test_good_ttls_do_no_io(engine, canary):
+    rl = Redlock([canary.url], backend=engine)
+    try:
+        for ttl in (hiredlock.MAX_TTL, 0.01, 1, 2.5, timedelta(minutes=5), 10**6):
+            lk = rl.lock("name", ttl)
+            assert lk.ttl > 0
+        assert rl.lock("name", hiredlock.MAX_TTL).ttl == pytest.approx(hiredlock.MAX_TTL, abs=0.001)
+    finally:
+        rl.close()
+    assert not canary.touched()
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("", id="empty-str"),
+        pytest.param(b"", id="empty-bytes"),
+        pytest.param(None, id="none"),
+        pytest.param(1, id="int"),
+        pytest.param(1.5, id="float"),
+        pytest.param(["x"], id="list"),
+        pytest.param(object(), id="object"),
+    ],
+)
+def test_bad_name(engine, canary, name):
+    rl = Redlock([canary.url], backend=engine)
+    try:
+        _raises_naming(lambda: rl.lock(name, 5), "name", canary)
+    finally:
+        rl.close()
+
+
+BAD_OPTIONS = [
+    ("retry_count", -1),
+    ("retry_count", "3"),
+    ("retry_count", 1.5),
+    ("retry_count", None),
+    ("retry_delay", -0.1),
+    ("retry_delay", timedelta(seconds=-1)),
+    ("retry_delay", "0.1"),
+    ("drift_factor", -0.01),
+    ("drift_factor", 0.5),
+    ("drift_factor", 1),
+    ("drift_factor", math.nan),
+    ("drift_factor", "0.01"),
+    ("master_timeout", 0),
+    ("master_timeout", -1),
+    ("master_timeout", timedelta(0)),
+    ("master_timeout", math.nan),
+    ("master_timeout", "x"),
+    ("backend", "bogus"),
+]
+
+
+@pytest.mark.parametrize("opt,value", BAD_OPTIONS, ids=[f"{o}={v!r}" for o, v in BAD_OPTIONS])
+def test_bad_option(engine, canary, opt, value):
+    kw = {"backend": engine, opt: value}
+    _raises_naming(lambda: Redlock([canary.url], **kw), opt, canary)
+
+
+def _bad_masters(canary):
+    p = canary.port
+    u = canary.url
+    return {
+        "empty-list": [],
+        "empty-tuple": (),
+        "bare-url-string": u,
+        "none": None,
+        "int": 5,
+        "duplicate-url": [u, u],
+        "duplicate-url-db-default": [f"redis://127.0.0.1:{p}", f"redis://127.0.0.1:{p}/0"],
+        "duplicate-url-and-dict": [u, {"host": "127.0.0.1", "port": p}],
+        "duplicate-host-case": [f"redis://localhost:{p}/0", f"redis://LOCALHOST:{p}/0"],
+        "scheme-http": [u, f"http://127.0.0.1:{p}/0"],
+        "no-host": [u, "redis://"],
+        "port-not-number": [u, "redis://127.0.0.1:notaport/0"],
+        "port-out-of-range": [u, "redis://127.0.0.1:70000/0"],
+        "port-zero": [u, "redis://127.0.0.1:0/0"],
+        "db-not-number": [u, f"redis://127.0.0.1:{p + 1}/notadb"],
+        "db-negative": [u, f"redis://127.0.0.1:{p + 1}/-1"],
+        "unix-no-path": [u, "unix://"],
+        "empty-url": [u, ""],
+        "item-int": [u, 12345],
+        "item-none": [u, None],
+        "dict-bad-port": [u, {"host": "127.0.0.1", "port": "x"}],
+        "dict-unknown-key": [u, {"hots": "127.0.0.1", "port": p + 1}],
+    }
+
+
+BAD_MASTER_IDS = list(
+    _bad_masters(type("C", (), {"port": 1, "url": "redis://127.0.0.1:1/0"})()).keys()
+)
+
+
+@pytest.mark.parametrize("case", BAD_MASTER_IDS)
+def test_bad_masters(engine, canary, case):
+    masters = _bad_masters(canary)[case]
+    _raises_naming(lambda: Redlock(masters, backend=engine), "masters", canary)
+
+
+@pytest.mark.parametrize(
+    "kw,arg",
+    [
+        ({"timeout": -1}, "timeout"),
+        ({"timeout": math.nan}, "timeout"),
+        ({"timeout": "x"}, "timeout"),
+        ({"blocking": "yes"}, "blocking"),
+    ],
+)
+def test_bad_acquire_arguments(engine, canary, kw, arg):
+    rl = Redlock([canary.url], backend=engine)
+    try:
+        lk = rl.lock("name", 5)
+        _raises_naming(lambda: lk.acquire(**kw), arg, canary)
+        assert not lk.held
+    finally:
+        rl.close()
+
+
+def test_construction_and_lock_do_no_io(engine, canary):
+    rl = Redlock(
+        [canary.url],
+        backend=engine,
+        retry_count=2,
+        retry_delay=0.01,
+        drift_factor=0.02,
+        master_timeout=timedelta(milliseconds=20),
+    )
+    lk = rl.lock("name", 1)
+    assert rl.quorum == 1
+    assert lk.validity == 0.0 and not lk.held and lk.token is None
+    assert not canary.touched()
+    rl.close()
+    assert not canary.touched()
+
+
+def test_bad_extend_ttl(engine, make_redlock, masters5, key):
+    """extend() validates its ttl before any I/O: the held lock and its keys are untouched."""
+    from support import assert_values
+
+    rl = make_redlock([m.url for m in masters5])
+    lk = rl.lock(key, 30)
+    assert lk.acquire(blocking=False)
+    for bad in (0, -1, math.nan, math.inf, True, "5", hiredlock.MAX_TTL + 1, 0.002):
+        with pytest.raises((TypeError, ValueError), match="ttl"):
+            lk.extend(bad)
+        assert lk.held
+    assert_values(masters5, key, lk.token)
+    for m in masters5:
+        assert m.admin().pttl(key) > 25000
+    lk.release()
+
+
+def test_canary_detects_io(engine, canary):
+    """Control for the no-I/O checks above: a real attempt does show up on the canary."""
+    rl = Redlock([canary.url], backend=engine, retry_count=1)
+    try:
+        with pytest.raises(hiredlock.QuorumUnreachable):
+            rl.lock("name", 1).acquire(blocking=False)
+    finally:
+        rl.close()
+    assert canary.touched()
