@@ -26,12 +26,15 @@ from libhiredis cimport (
     REDIS_REPLY_STATUS,
     freeReplyObject,
     redisAppendCommandArgv,
+    redisAppendFormattedCommand,
     redisBufferRead,
     redisBufferWrite,
     redisConnectNonBlock,
     redisConnectUnixNonBlock,
     redisContext,
+    redisFormatCommandArgv,
     redisFree,
+    redisFreeCommand,
     redisReaderGetReply,
     redisReply,
 )
@@ -122,20 +125,45 @@ cdef inline size_t format_int(char *buffer, long long value) noexcept nogil:
     return <size_t>snprintf(buffer, 24, b"%lld", value)
 
 
+cdef enum:
+    MAX_PARTS = 4              # shared leading or trailing arguments of a command
+    MAX_ARGS = 16              # per-item arguments (keys and values) of one command
+
+cdef int _parts(tuple parts, const char **ptr, size_t *length) except -1:
+    """Points at the bytes of a few shared arguments (the tuple keeps them alive)."""
+    cdef int j
+    if len(parts) > MAX_PARTS:
+        raise ValueError("too many shared arguments")
+    for j in range(len(parts)):
+        ptr[j] = PyBytes_AS_STRING(parts[j])
+        length[j] = PyBytes_GET_SIZE(parts[j])
+    return len(parts)
+
+
 cdef struct Command:
     Kind kind
-    const char *head           # EVALSHA: the script's sha
-    size_t head_len
-    const char *source         # EVAL after NOSCRIPT: the script's source
-    size_t source_len
-    const char *extra          # SET: the ttl; scripts: the optional last argument
-    size_t extra_len
-    bint has_extra
-    const char **key_ptr
-    size_t *key_len
-    const char **token_ptr
-    size_t *token_len
-    int n_keys
+    int n_items                # one command per item (lock) and master
+    int n_head                 # SET | EVALSHA sha numkeys
+    const char *head[MAX_PARTS]
+    size_t head_len[MAX_PARTS]
+    const char *eval_head[MAX_PARTS]   # EVAL source numkeys, sent after NOSCRIPT
+    size_t eval_head_len[MAX_PARTS]
+    int n_args                 # per item: key token (SET) or keys and args (scripts)
+    const char **args          # [item * n_args + j]
+    size_t *args_len
+    int n_tail                 # NX PX ttl (SET)
+    const char *tail[MAX_PARTS]
+    size_t tail_len[MAX_PARTS]
+    bint want_values
+
+
+cdef struct Redo:
+    # An EVAL to send if the reply to command number `seq` (a script sent as EVALSHA in a round
+    # that ended before its reply came) turns out to be NOSCRIPT.
+    unsigned long long seq
+    char *command
+    int length
+    Redo *next
 
 
 cdef struct Master:
@@ -150,6 +178,10 @@ cdef struct Master:
     char last_error[160]       # why it last failed, for the votes of rounds that back off
     int handshake              # AUTH/SELECT replies still owed (they come first)
     int stale                  # replies owed to abandoned rounds (they come next)
+    unsigned long long sent    # commands queued on this connection so far
+    unsigned long long received  # replies read from it so far: reply n answers command n
+    Redo *redo_head            # EVALs owed to abandoned script commands, in command order
+    Redo *redo_tail
     # the handshake, formatted once: AUTH [user] password, SELECT db
     int auth_argc
     const char *auth_argv[3]
@@ -157,12 +189,45 @@ cdef struct Master:
     int select_db              # -1: no SELECT
     # this round's reply slots: key indices in the order the replies will come
     int *slots
+    unsigned long long *slot_seq  # the command number of each slot
     int slot_head
     int slot_tail
     int slot_cap
     bint want_write            # obuf not flushed yet
     bint failed                # failed in this round
-    bint waited                # wait_all rounds wait for it (it kept up with earlier rounds)
+    bint waited                # wait_all rounds wait for it (it is not lagging)
+    bint lagging               # a round timed out on it; cleared once it has caught up
+    bint unreached             # its last failure came before anything was written to it
+
+
+cdef void forget_redo(Master *m, unsigned long long up_to) noexcept nogil:
+    """Frees the owed EVALs of commands numbered below up_to."""
+    cdef Redo *head
+    while m.redo_head != NULL and m.redo_head.seq < up_to:
+        head = m.redo_head
+        m.redo_head = head.next
+        redisFreeCommand(head.command)
+        free(head)
+    if m.redo_head == NULL:
+        m.redo_tail = NULL
+
+
+cdef void late_reply(Master *m, redisReply *reply) noexcept nogil:
+    """A reply to an abandoned round (number m.received - 1): dropped, unless it is a script's
+    NOSCRIPT, whose EVAL is queued now (its own reply will be dropped in turn)."""
+    cdef unsigned long long seq = m.received - 1
+    cdef Redo *redo
+    m.stale -= 1
+    forget_redo(m, seq)
+    redo = m.redo_head
+    if (redo != NULL and redo.seq == seq and reply.type == REDIS_REPLY_ERROR
+            and strncmp(reply.str, b"NOSCRIPT", 8) == 0):
+        if redisAppendFormattedCommand(m.ctx, redo.command, redo.length) != REDIS_ERR:
+            m.sent += 1
+            m.stale += 1
+            m.want_write = True
+    forget_redo(m, seq + 1)
+    m.lagging = m.lagging and m.stale > 0
 
 
 cdef void drop(Master *m) noexcept nogil:
@@ -170,14 +235,19 @@ cdef void drop(Master *m) noexcept nogil:
     if m.ctx != NULL:
         redisFree(m.ctx)
         m.ctx = NULL
+    forget_redo(m, <unsigned long long>-1)
+    m.sent = 0
+    m.received = 0
     m.state = DOWN
     m.stale = 0
     m.handshake = 0
     m.want_write = False
+    m.lagging = False
 
 
 cdef void fail(Master *m, int64_t now) noexcept nogil:
     """Drops the connection after a failure and pauses reconnects, longer each time."""
+    m.unreached = m.state != READY
     drop(m)
     m.backoff_ms = m.backoff_ms * 2
     if m.backoff_ms < BACKOFF_MIN_MS:
@@ -199,18 +269,19 @@ cdef class NativeEngine:
     cdef object specs          # keeps the host/path/password bytes alive
     cdef list _keepalive
     # per-round scratch, grown as batches grow
-    cdef int cap_keys
-    cdef uint8_t *codes        # [key * n + master]
+    cdef int cap_items
+    cdef uint8_t *codes        # [item * n + master]
+    cdef long long *values     # [item * n + master]: integer replies, when asked for
     cdef int *oks
     cdef int *fails
     cdef int64_t *decided_at
-    cdef char **details        # [key * n + master], malloc'd texts or NULL
+    cdef char **details        # [item * n + master], malloc'd texts or NULL
     cdef pollfd *fds
     cdef int *fd_master
     cdef const char **argv_ptr
     cdef size_t *argv_len
     # the round in progress
-    cdef int c_n_keys
+    cdef int c_n_items
     cdef int c_undecided
     cdef int64_t c_timeout_ns
 
@@ -226,8 +297,8 @@ cdef class NativeEngine:
         self.masters = <Master *>calloc(self.n, sizeof(Master))
         self.fds = <pollfd *>calloc(self.n, sizeof(pollfd))
         self.fd_master = <int *>calloc(self.n, sizeof(int))
-        self.argv_ptr = <const char **>calloc(8, sizeof(char *))
-        self.argv_len = <size_t *>calloc(8, sizeof(size_t))
+        self.argv_ptr = <const char **>calloc(2 * MAX_PARTS + MAX_ARGS, sizeof(char *))
+        self.argv_len = <size_t *>calloc(2 * MAX_PARTS + MAX_ARGS, sizeof(size_t))
         if (self.masters == NULL or self.fds == NULL or self.fd_master == NULL
                 or self.argv_ptr == NULL or self.argv_len == NULL):
             raise MemoryError()
@@ -264,51 +335,60 @@ cdef class NativeEngine:
         self._keepalive.append(value)
         return PyBytes_AS_STRING(value)
 
-    cdef int _grow(self, int n_keys) except -1:
-        """Makes the scratch arrays big enough for a batch of n_keys."""
+    cdef int _grow(self, int n_items) except -1:
+        """Makes the scratch arrays big enough for a batch of n_items."""
         cdef int i
         cdef size_t cells
-        if n_keys <= self.cap_keys:
+        if n_items <= self.cap_items:
             return 0
-        cells = <size_t>n_keys * self.n
+        cells = <size_t>n_items * self.n
+        self._free_scratch()
+        self.codes = <uint8_t *>malloc(cells)
+        self.values = <long long *>malloc(cells * sizeof(long long))
+        self.oks = <int *>malloc(n_items * sizeof(int))
+        self.fails = <int *>malloc(n_items * sizeof(int))
+        self.decided_at = <int64_t *>malloc(n_items * sizeof(int64_t))
+        self.details = <char **>calloc(cells, sizeof(char *))
+        if (self.codes == NULL or self.values == NULL or self.oks == NULL or self.fails == NULL
+                or self.decided_at == NULL or self.details == NULL):
+            raise MemoryError()
+        for i in range(self.n):
+            # each item's command may be sent twice (EVAL after NOSCRIPT)
+            free(self.masters[i].slots)
+            free(self.masters[i].slot_seq)
+            self.masters[i].slot_cap = 2 * n_items
+            self.masters[i].slots = <int *>malloc(2 * n_items * sizeof(int))
+            self.masters[i].slot_seq = <unsigned long long *>malloc(
+                2 * n_items * sizeof(unsigned long long))
+            if self.masters[i].slots == NULL or self.masters[i].slot_seq == NULL:
+                raise MemoryError()
+        self.cap_items = n_items
+        return 0
+
+    cdef void _free_scratch(self) noexcept:
+        self.cap_items = 0
         free(self.codes)
+        free(self.values)
         free(self.oks)
         free(self.fails)
         free(self.decided_at)
         free(self.details)
-        self.codes = <uint8_t *>malloc(cells)
-        self.oks = <int *>malloc(n_keys * sizeof(int))
-        self.fails = <int *>malloc(n_keys * sizeof(int))
-        self.decided_at = <int64_t *>malloc(n_keys * sizeof(int64_t))
-        self.details = <char **>calloc(cells, sizeof(char *))
-        if (self.codes == NULL or self.oks == NULL or self.fails == NULL
-                or self.decided_at == NULL or self.details == NULL):
-            self.cap_keys = 0
-            raise MemoryError()
-        for i in range(self.n):
-            # each key's command may be sent twice (EVAL after NOSCRIPT)
-            free(self.masters[i].slots)
-            self.masters[i].slot_cap = 2 * n_keys
-            self.masters[i].slots = <int *>malloc(2 * n_keys * sizeof(int))
-            if self.masters[i].slots == NULL:
-                self.cap_keys = 0
-                raise MemoryError()
-        self.cap_keys = n_keys
-        return 0
+        self.codes = NULL
+        self.values = NULL
+        self.oks = NULL
+        self.fails = NULL
+        self.decided_at = NULL
+        self.details = NULL
 
     def __dealloc__(self):
         cdef int i
         if self.masters != NULL:
             for i in range(self.n):
-                if self.masters[i].ctx != NULL:
-                    redisFree(self.masters[i].ctx)
+                drop(&self.masters[i])
                 free(self.masters[i].slots)
+                free(self.masters[i].slot_seq)
             free(self.masters)
-        free(self.codes)
-        free(self.oks)
-        free(self.fails)
-        free(self.decided_at)
-        free(self.details)
+        self._free_scratch()
         free(self.fds)
         free(self.fd_master)
         free(self.argv_ptr)
@@ -325,91 +405,75 @@ cdef class NativeEngine:
 
     def set_nx(self, keys, tokens, long long ttl_ms, double timeout_ms):
         """SET key token NX PX ttl_ms on every master; OK if set, TAKEN if the key exists."""
-        ttl = str(ttl_ms).encode()
-        return self._round(KIND_SET, b"SET", b"", ttl, keys, tokens, timeout_ms, False, True)
+        return self._round(KIND_SET, (b"SET",), (), tuple(zip(keys, tokens)),
+                           (b"NX", b"PX", str(ttl_ms).encode()), timeout_ms, False, True, False)
 
-    def run_script(self, bytes sha, bytes source, keys, tokens, extra_arg,
-                   double timeout_ms, bint wait_all):
-        """EVALSHA sha 1 key token [extra_arg]; EVAL source on NOSCRIPT. OK on a reply > 0."""
-        extra = b"" if extra_arg is None else bytes(extra_arg)
-        return self._round(KIND_SCRIPT, sha, source, extra, keys, tokens, timeout_ms,
-                           wait_all, False)
+    def run_script(self, bytes sha, bytes source, int numkeys, argvs, double timeout_ms,
+                   bint wait_all, bint want_values=False, bint honour_backoff=False):
+        """EVALSHA sha numkeys *argv per item; EVAL source on NOSCRIPT. OK on a reply > 0."""
+        count = str(numkeys).encode()
+        return self._round(KIND_SCRIPT, (b"EVALSHA", sha, count), (b"EVAL", source, count),
+                           tuple(argvs), (), timeout_ms, wait_all, honour_backoff, want_values)
 
     # -- one round -------------------------------------------------------------------------------
 
-    cdef list _round(self, Kind kind, bytes head, bytes source, bytes extra, keys, tokens,
-                     double timeout_ms, bint wait_all, bint honour_backoff):
-        cdef tuple key_tuple = tuple(keys)
-        cdef tuple token_tuple = tuple(tokens)
-        cdef int n_keys = len(key_tuple)
-        cdef int i, k
+    cdef list _round(self, Kind kind, tuple head, tuple eval_head, tuple items, tuple tail,
+                     double timeout_ms, bint wait_all, bint honour_backoff, bint want_values):
+        cdef int n_items = len(items)
+        cdef int n_args, i, j, k
         cdef int64_t t0, end
-        cdef const char **key_ptr
-        cdef size_t *key_len
-        cdef const char **token_ptr
-        cdef size_t *token_len
         cdef Command cmd
-        if len(token_tuple) != n_keys:
-            raise ValueError("keys and tokens must have the same length")
+        cdef tuple row
         if self.closed:
             raise RuntimeError("this engine is closed")
         if self.busy:
             raise RuntimeError("an engine cannot be used by two threads at once")
-        if n_keys == 0:
+        if n_items == 0:
             return []
-        for k in range(n_keys):
-            if type(key_tuple[k]) is not bytes or type(token_tuple[k]) is not bytes:
-                raise TypeError("keys and tokens must be bytes")
-        self._grow(n_keys)
-        key_ptr = <const char **>malloc(n_keys * sizeof(char *))
-        key_len = <size_t *>malloc(n_keys * sizeof(size_t))
-        token_ptr = <const char **>malloc(n_keys * sizeof(char *))
-        token_len = <size_t *>malloc(n_keys * sizeof(size_t))
-        if key_ptr == NULL or key_len == NULL or token_ptr == NULL or token_len == NULL:
-            free(key_ptr)
-            free(key_len)
-            free(token_ptr)
-            free(token_len)
-            raise MemoryError()
-        # The tuples keep every bytes object alive while the GIL is released.
-        for k in range(n_keys):
-            key_ptr[k] = PyBytes_AS_STRING(key_tuple[k])
-            key_len[k] = PyBytes_GET_SIZE(key_tuple[k])
-            token_ptr[k] = PyBytes_AS_STRING(token_tuple[k])
-            token_len[k] = PyBytes_GET_SIZE(token_tuple[k])
+        n_args = len(items[0])
+        if not 0 < n_args <= MAX_ARGS:
+            raise ValueError(f"a command takes 1 to {MAX_ARGS} arguments per item")
+        self._grow(n_items)
+        memset(&cmd, 0, sizeof(Command))
         cmd.kind = kind
-        cmd.head = PyBytes_AS_STRING(head)
-        cmd.head_len = PyBytes_GET_SIZE(head)
-        cmd.source = PyBytes_AS_STRING(source)
-        cmd.source_len = PyBytes_GET_SIZE(source)
-        cmd.extra = PyBytes_AS_STRING(extra)
-        cmd.extra_len = PyBytes_GET_SIZE(extra)
-        cmd.has_extra = kind == KIND_SET or cmd.extra_len > 0
-        cmd.key_ptr = key_ptr
-        cmd.key_len = key_len
-        cmd.token_ptr = token_ptr
-        cmd.token_len = token_len
-        cmd.n_keys = n_keys
-        self.busy = True
+        cmd.n_items = n_items
+        cmd.want_values = want_values
+        cmd.n_head = _parts(head, cmd.head, cmd.head_len)
+        _parts(eval_head, cmd.eval_head, cmd.eval_head_len)
+        cmd.n_tail = _parts(tail, cmd.tail, cmd.tail_len)
+        cmd.n_args = n_args
+        cmd.args = <const char **>malloc(n_items * n_args * sizeof(char *))
+        cmd.args_len = <size_t *>malloc(n_items * n_args * sizeof(size_t))
         try:
+            if cmd.args == NULL or cmd.args_len == NULL:
+                raise MemoryError()
+            # `items` keeps every bytes object alive while the GIL is released.
+            for k in range(n_items):
+                row = items[k]
+                if len(row) != n_args:
+                    raise ValueError("every item must have the same number of arguments")
+                for j in range(n_args):
+                    if type(row[j]) is not bytes:
+                        raise TypeError("command arguments must be bytes")
+                    cmd.args[k * n_args + j] = PyBytes_AS_STRING(row[j])
+                    cmd.args_len[k * n_args + j] = PyBytes_GET_SIZE(row[j])
+            self.busy = True
             with nogil:
-                # Everything in here touches only C memory owned by this engine or kept alive
-                # by the tuples above; the GIL is not needed until the result is built.
+                # Only C memory owned by this engine, or kept alive by the tuples above, is
+                # touched in here: the GIL is not needed until the result is built.
                 if self.generation != fork_generation:
                     self._forget_inherited()
                 t0 = now_ns()
                 self._run(&cmd, t0, t0 + <int64_t>(timeout_ms * 1e6), wait_all, honour_backoff)
                 end = now_ns()
-            return self._results(n_keys, t0, end)
+            return self._results(&cmd, t0, end)
         finally:
             self.busy = False
-            for i in range(n_keys * self.n):
+            for i in range(n_items * self.n):
                 free(self.details[i])
                 self.details[i] = NULL
-            free(key_ptr)
-            free(key_len)
-            free(token_ptr)
-            free(token_len)
+            free(cmd.args)
+            free(cmd.args_len)
 
     cdef void _forget_inherited(self) noexcept nogil:
         # In a forked child: close our copies of the parent's sockets, sending nothing.
@@ -418,12 +482,12 @@ cdef class NativeEngine:
             drop(&self.masters[i])
         self.generation = fork_generation
 
-    cdef list _results(self, int n_keys, int64_t t0, int64_t end):
+    cdef list _results(self, Command *cmd, int64_t t0, int64_t end):
         cdef int k, i
         cdef uint8_t *row
         cdef list out = []
         cdef dict details
-        for k in range(n_keys):
+        for k in range(cmd.n_items):
             row = self.codes + k * self.n
             details = None
             for i in range(self.n):
@@ -437,6 +501,8 @@ cdef class NativeEngine:
                 PyBytes_FromStringAndSize(<char *>row, self.n),
                 (self.decided_at[k] if self.decided_at[k] else end) - t0,
                 details,
+                tuple([self.values[k * self.n + i] for i in range(self.n)])
+                if cmd.want_values else None,
             ))
         return out
 
@@ -445,12 +511,14 @@ cdef class NativeEngine:
         cdef int i, k, nfds, rc, events
         cdef int64_t remaining, now
         cdef Master *m
-        memset(self.codes, PENDING, <size_t>cmd.n_keys * self.n)
-        memset(self.oks, 0, cmd.n_keys * sizeof(int))
-        memset(self.fails, 0, cmd.n_keys * sizeof(int))
-        memset(self.decided_at, 0, cmd.n_keys * sizeof(int64_t))
-        self.c_n_keys = cmd.n_keys
-        self.c_undecided = cmd.n_keys
+        memset(self.codes, PENDING, <size_t>cmd.n_items * self.n)
+        memset(self.oks, 0, cmd.n_items * sizeof(int))
+        memset(self.fails, 0, cmd.n_items * sizeof(int))
+        memset(self.decided_at, 0, cmd.n_items * sizeof(int64_t))
+        if cmd.want_values:
+            memset(self.values, 0, <size_t>cmd.n_items * self.n * sizeof(long long))
+        self.c_n_items = cmd.n_items
+        self.c_undecided = cmd.n_items
         self.c_timeout_ns = deadline - t0
 
         # 0. Take in what arrived since the last round: late replies, and closed connections.
@@ -460,9 +528,11 @@ cdef class NativeEngine:
         for i in range(self.n):
             m = &self.masters[i]
             m.failed = False
-            # A master still owing replies to an earlier round, or still connecting since one, gets
-            # this round's commands queued behind them, but a wait_all round does not wait for it.
-            m.waited = m.stale == 0 and m.state != CONNECTING
+            # A master that let an earlier round time out and has not caught up since, or that is
+            # still connecting since an earlier round, gets this round's commands but a wait_all
+            # round does not wait for it: one stopped master must not cost every release its
+            # timeout. One merely slower than the quorum (its replies skipped) is waited for.
+            m.waited = not m.lagging and m.state != CONNECTING
             m.slot_head = 0
             m.slot_tail = 0
             self._prepare(i, cmd, t0, honour_backoff)
@@ -514,7 +584,12 @@ cdef class NativeEngine:
             if m.state == CONNECTING and now >= m.connect_deadline:
                 fail(m, now)
                 continue
-            m.stale += m.slot_tail - m.slot_head
+            if m.slot_tail > m.slot_head:
+                m.stale += m.slot_tail - m.slot_head
+                if now >= deadline:
+                    m.lagging = True
+                if cmd.kind == KIND_SCRIPT:
+                    self._owe_evals(m, cmd)
             if m.stale > MAX_STALE:
                 fail(m, now)
 
@@ -530,6 +605,7 @@ cdef class NativeEngine:
         cdef void *raw = NULL
         cdef redisReply *reply
         cdef bint broken
+        cdef int done = 0
         for i in range(self.n):
             m = &self.masters[i]
             if m.ctx != NULL and m.state == READY:
@@ -552,14 +628,18 @@ cdef class NativeEngine:
                 if raw == NULL:
                     break
                 reply = <redisReply *>raw
+                m.received += 1
                 if m.handshake > 0:
                     m.handshake -= 1
                     broken = reply.type == REDIS_REPLY_ERROR  # the next connect reports it
                 elif m.stale > 0:
-                    m.stale -= 1
+                    late_reply(m, reply)
                 else:
                     broken = True  # a reply nobody asked for: never guess what it answers
                 freeReplyObject(raw)
+            if not broken and m.want_write:
+                broken = redisBufferWrite(m.ctx, &done) == REDIS_ERR
+                m.want_write = not done
             if broken:
                 drop(m)
 
@@ -579,8 +659,10 @@ cdef class NativeEngine:
             self._fail_master(i, CONN_ERROR, b"connect timed out", now)
             return
         if m.ctx == NULL:
-            if honour_backoff and now < m.down_until:
-                # An acquire does not wait for a master that just failed; release and extend do.
+            if honour_backoff and now < m.down_until and (cmd.kind == KIND_SET or m.unreached):
+                # An acquire does not wait for a master that just failed, nor does the unlock
+                # after a failed attempt when nothing could have reached that master; release
+                # and extend always try.
                 self._vote_master(i, CONN_ERROR, m.last_error)
                 m.failed = True
                 return
@@ -596,7 +678,7 @@ cdef class NativeEngine:
         """Queues the handshake (on a new connection) and every command of the round; writes."""
         cdef Master *m = &self.masters[i]
         cdef int k
-        for k in range(cmd.n_keys):
+        for k in range(cmd.n_items):
             if not self._append(m, cmd, k, False):
                 self._fail_master(i, CONN_ERROR, b"out of memory", now)
                 return
@@ -629,6 +711,7 @@ cdef class NativeEngine:
         if m.auth_argc:
             redisAppendCommandArgv(m.ctx, m.auth_argc, m.auth_argv, m.auth_len)
             m.handshake += 1
+            m.sent += 1
         if m.select_db >= 0:
             argv[0] = b"SELECT"
             argvlen[0] = 6
@@ -636,55 +719,71 @@ cdef class NativeEngine:
             argv[1] = dbtext
             redisAppendCommandArgv(m.ctx, 2, argv, argvlen)
             m.handshake += 1
+            m.sent += 1
 
-    cdef bint _append(self, Master *m, Command *cmd, int k, bint as_eval) noexcept nogil:
-        """Formats one command for key k into the master's output buffer; False on OOM."""
-        cdef int argc
+    cdef int _argv(self, Command *cmd, int k, bint as_eval) noexcept nogil:
+        """Lays out item k's command in the engine's argv arrays; returns its argument count."""
+        cdef int argc = 0
+        cdef int j
         cdef const char **argv = self.argv_ptr
         cdef size_t *argvlen = self.argv_len
-        if cmd.kind == KIND_SET:
-            argv[0] = b"SET"
-            argvlen[0] = 3
-            argv[1] = cmd.key_ptr[k]
-            argvlen[1] = cmd.key_len[k]
-            argv[2] = cmd.token_ptr[k]
-            argvlen[2] = cmd.token_len[k]
-            argv[3] = b"NX"
-            argvlen[3] = 2
-            argv[4] = b"PX"
-            argvlen[4] = 2
-            argv[5] = cmd.extra
-            argvlen[5] = cmd.extra_len
-            argc = 6
-        else:
-            if as_eval:
-                argv[0] = b"EVAL"
-                argvlen[0] = 4
-                argv[1] = cmd.source
-                argvlen[1] = cmd.source_len
-            else:
-                argv[0] = b"EVALSHA"
-                argvlen[0] = 7
-                argv[1] = cmd.head
-                argvlen[1] = cmd.head_len
-            argv[2] = b"1"
-            argvlen[2] = 1
-            argv[3] = cmd.key_ptr[k]
-            argvlen[3] = cmd.key_len[k]
-            argv[4] = cmd.token_ptr[k]
-            argvlen[4] = cmd.token_len[k]
-            argc = 5
-            if cmd.has_extra:
-                argv[5] = cmd.extra
-                argvlen[5] = cmd.extra_len
-                argc = 6
-        if redisAppendCommandArgv(m.ctx, argc, argv, argvlen) == REDIS_ERR:
-            return False
+        cdef const char **head = &cmd.head[0]
+        cdef size_t *head_len = &cmd.head_len[0]
+        if as_eval:
+            head = &cmd.eval_head[0]
+            head_len = &cmd.eval_head_len[0]
+        for j in range(cmd.n_head):
+            argv[argc] = head[j]
+            argvlen[argc] = head_len[j]
+            argc += 1
+        for j in range(cmd.n_args):
+            argv[argc] = cmd.args[k * cmd.n_args + j]
+            argvlen[argc] = cmd.args_len[k * cmd.n_args + j]
+            argc += 1
+        for j in range(cmd.n_tail):
+            argv[argc] = cmd.tail[j]
+            argvlen[argc] = cmd.tail_len[j]
+            argc += 1
+        return argc
+
+    cdef bint _append(self, Master *m, Command *cmd, int k, bint as_eval) noexcept nogil:
+        """Formats item k's command into the master's output buffer; False when out of memory."""
+        cdef int argc
         if m.slot_tail == m.slot_cap:
             return False
+        argc = self._argv(cmd, k, as_eval)
+        if redisAppendCommandArgv(m.ctx, argc, self.argv_ptr, self.argv_len) == REDIS_ERR:
+            return False
         m.slots[m.slot_tail] = k
+        m.slot_seq[m.slot_tail] = m.sent
         m.slot_tail += 1
+        m.sent += 1
         return True
+
+    cdef void _owe_evals(self, Master *m, Command *cmd) noexcept nogil:
+        """The round ends before these script replies came: keep each one's EVAL, in case the
+        late reply is NOSCRIPT (a flushed script cache), so the script still runs there."""
+        cdef int j, argc, length
+        cdef char *formatted
+        cdef Redo *redo
+        for j in range(m.slot_head, m.slot_tail):
+            argc = self._argv(cmd, m.slots[j], True)
+            formatted = NULL
+            length = redisFormatCommandArgv(&formatted, argc, self.argv_ptr, self.argv_len)
+            redo = <Redo *>malloc(sizeof(Redo))
+            if length < 0 or redo == NULL:
+                if length >= 0:
+                    redisFreeCommand(formatted)
+                continue  # out of memory: that late NOSCRIPT will go unanswered
+            redo.seq = m.slot_seq[j]
+            redo.command = formatted
+            redo.length = length
+            redo.next = NULL
+            if m.redo_tail == NULL:
+                m.redo_head = redo
+            else:
+                m.redo_tail.next = redo
+            m.redo_tail = redo
 
     cdef void _write(self, int i, int64_t now) noexcept nogil:
         cdef Master *m = &self.masters[i]
@@ -735,6 +834,7 @@ cdef class NativeEngine:
             if raw == NULL:
                 return
             reply = <redisReply *>raw
+            m.received += 1
             if m.handshake > 0:
                 m.handshake -= 1
                 if reply.type == REDIS_REPLY_ERROR:
@@ -742,7 +842,9 @@ cdef class NativeEngine:
                     freeReplyObject(raw)
                     return
             elif m.stale > 0:
-                m.stale -= 1
+                late_reply(m, reply)
+                if m.want_write:
+                    self._write(i, now)
             elif m.slot_head < m.slot_tail:
                 k = m.slots[m.slot_head]
                 m.slot_head += 1
@@ -755,15 +857,15 @@ cdef class NativeEngine:
                         m.want_write = True
                         self._write(i, now)
                 else:
-                    self._count(cmd.kind, k, i, reply)
+                    self._count(cmd, k, i, reply)
             freeReplyObject(raw)
             if m.failed:
                 return
 
-    cdef void _count(self, Kind kind, int k, int i, redisReply *reply) noexcept nogil:
+    cdef void _count(self, Command *cmd, int k, int i, redisReply *reply) noexcept nogil:
         if reply.type == REDIS_REPLY_ERROR:
             self._vote(k, i, ERROR, reply.str)
-        elif kind == KIND_SET:
+        elif cmd.kind == KIND_SET:
             if (reply.type == REDIS_REPLY_STATUS and reply.len == 2
                     and strncmp(reply.str, b"OK", 2) == 0):
                 self._vote(k, i, OK, NULL)
@@ -772,6 +874,8 @@ cdef class NativeEngine:
             else:
                 self._vote(k, i, ERROR, b"unexpected reply to SET")
         elif reply.type == REDIS_REPLY_INTEGER:
+            if cmd.want_values:
+                self.values[k * self.n + i] = reply.integer
             self._vote(k, i, OK if reply.integer > 0 else TAKEN, NULL)
         elif reply.type == REDIS_REPLY_NIL:
             self._vote(k, i, TAKEN, NULL)
@@ -803,7 +907,7 @@ cdef class NativeEngine:
 
     cdef void _vote_master(self, int i, uint8_t code, const char *detail) noexcept nogil:
         cdef int k
-        for k in range(self.c_n_keys):
+        for k in range(self.c_n_items):
             self._vote(k, i, code, detail)
 
     cdef void _fail_master(self, int i, uint8_t code, const char *detail,

@@ -38,5 +38,9 @@ cdef extern from "hiredis/hiredis.h" nogil:
     int redisBufferWrite(redisContext *c, int *done)
     int redisAppendCommandArgv(redisContext *c, int argc, const char **argv,
                                const size_t *argvlen)
+    int redisAppendFormattedCommand(redisContext *c, const char *cmd, size_t len)
+    int redisFormatCommandArgv(char **target, int argc, const char **argv,
+                               const size_t *argvlen)
+    void redisFreeCommand(char *cmd)
     int redisReaderGetReply(redisReader *r, void **reply)
     void freeReplyObject(void *reply)

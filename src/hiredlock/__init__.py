@@ -15,11 +15,13 @@ from ._errors import (
     LockNotAcquired,
     NotHeld,
     QuorumUnreachable,
+    TooManyExtensions,
     Vote,
 )
 from ._scripts import MAX_TTL_MS, Outcome
 from .lock import Lock
-from .redlock import Redlock
+from .redlock import KeyState, Redlock
+from .rlock import RLock
 
 MAX_TTL: float = MAX_TTL_MS / 1000.0
 """The longest ttl a lock may have, in seconds (2**31 - 1 ms, about 24.8 days)."""
@@ -30,6 +32,7 @@ __all__ = [
     "MAX_TTL",
     "EngineUnavailable",
     "HiredlockError",
+    "KeyState",
     "Lock",
     "LockLost",
     "LockNotAcquired",
@@ -37,7 +40,9 @@ __all__ = [
     "NotHeld",
     "Outcome",
     "QuorumUnreachable",
+    "RLock",
     "Redlock",
+    "TooManyExtensions",
     "Vote",
     "__version__",
     "available_backends",

@@ -10,6 +10,8 @@ A call returns one RoundResult per key:
                 outcome was decided (a quorum of OKs, or too many failures for one), or to the end
                 of the round when it never was
     details:    None, or {master index: text} for error replies and connection failures
+    values:     with want_values, the integer reply of each master (0 where there was none),
+                else None
 
 Stop rules: with wait_all False the round ends once every key is decided; with wait_all True once
 every master has answered every command, except masters that still owed replies to an earlier round
@@ -26,7 +28,7 @@ from typing import Optional, Protocol
 
 from ._config import MasterSpec
 
-RoundResult = tuple[bytes, int, Optional[dict[int, str]]]
+RoundResult = tuple[bytes, int, Optional[dict[int, str]], Optional[tuple[int, ...]]]
 
 
 class Engine(Protocol):
@@ -48,13 +50,20 @@ class Engine(Protocol):
         self,
         sha: bytes,
         source: bytes,
-        keys: Sequence[bytes],
-        tokens: Sequence[bytes],
-        extra_arg: Optional[bytes],
+        numkeys: int,
+        argvs: Sequence[tuple[bytes, ...]],
         timeout_ms: float,
         wait_all: bool,
+        want_values: bool = False,
+        honour_backoff: bool = False,
     ) -> list[RoundResult]:
-        """EVALSHA sha 1 key token [extra_arg] (EVAL source on NOSCRIPT): OK on a reply > 0."""
+        """EVALSHA sha numkeys *argv for each argv (EVAL source after NOSCRIPT).
+
+        honour_backoff: like set_nx, do not reconnect to masters that failed a moment ago
+        (acquire rounds); release and extend rounds always try every master.
+
+        OK on an integer reply > 0, TAKEN on 0 or nil; every argv has the same length.
+        """
         ...
 
     def close(self) -> None: ...

@@ -42,7 +42,10 @@ CONN_ERROR = int(Outcome.CONN_ERROR)
 ERROR = int(Outcome.ERROR)
 SKIPPED = int(Outcome.SKIPPED)
 PENDING = 255
-DISCARD = -1  # a reply slot owed to an earlier, abandoned round
+# A reply owed to an earlier, abandoned round is read and dropped; if it was a script's and says
+# NOSCRIPT, its EVAL is sent then (the stale entry holds that command, else None), so a master
+# that answered late still runs the release or extend it was sent.
+_REPLY_ERRORS = (ResponseError, AuthenticationError)  # redis-py's NOAUTH is a ConnectionError
 
 _KIND_SET = 0
 _KIND_SCRIPT = 1
@@ -105,9 +108,11 @@ class _Master:
         "conn",
         "down_until",
         "index",
+        "lagging",
         "last_error",
         "spec",
         "stale",
+        "unreached",
         "waited",
     )
 
@@ -115,11 +120,13 @@ class _Master:
         self.index = index
         self.spec = spec
         self.conn: Optional[Connection] = None
-        self.stale = 0  # replies owed to abandoned rounds, read and dropped before ours
+        self.stale: deque = deque()  # entries for replies owed to abandoned rounds (see above)
         self.down_until = 0  # monotonic ns before which acquire does not reconnect
         self.backoff_ms = 0
         self.last_error = ""
         self.waited = True
+        self.lagging = False  # a round timed out on it; cleared once it has caught up
+        self.unreached = False  # its last failure came before anything was written to it
 
     @property
     def connected(self) -> bool:
@@ -162,10 +169,14 @@ class _Master:
         self.conn.prepared_socket = sock
         self.conn.connect()
         self.backoff_ms = 0
-        self.stale = 0
+        self.stale = deque()
 
-    def failed(self, now_ns: int, reason: str) -> None:
-        """Drops the connection after an error and sets a growing pause before the next connect."""
+    def failed(self, now_ns: int, reason: str, unreached: bool) -> None:
+        """Drops the connection after an error and sets a growing pause before the next connect.
+
+        unreached: the failure came before anything was written to the master (connect, login).
+        """
+        self.unreached = unreached
         self.drop()
         self.last_error = f"not retried yet after: {reason}"
         self.backoff_ms = min(
@@ -176,7 +187,8 @@ class _Master:
     def drop(self) -> None:
         if self.conn is not None:
             self.conn.disconnect()
-        self.stale = 0
+        self.stale = deque()
+        self.lagging = False
 
     def forget(self) -> None:
         """After fork(): lose the inherited socket without any I/O on it."""
@@ -185,7 +197,7 @@ class _Master:
                 self.conn._sock.detach()  # the fd stays open for the parent's sake
             self.conn._sock = None
         self.conn = None
-        self.stale = 0
+        self.stale = deque()
 
 
 class _Round:
@@ -201,9 +213,10 @@ class _Round:
         "q",
         "t0",
         "undecided",
+        "values",
     )
 
-    def __init__(self, n_keys: int, n: int, q: int, t0: int) -> None:
+    def __init__(self, n_keys: int, n: int, q: int, t0: int, want_values: bool) -> None:
         self.n = n
         self.q = q
         self.t0 = t0
@@ -213,6 +226,7 @@ class _Round:
         self.decided_at = [0] * n_keys
         self.details: list[Optional[dict[int, str]]] = [None] * n_keys
         self.undecided = n_keys
+        self.values = [[0] * n for _ in range(n_keys)] if want_values else None
 
     def vote(self, key: int, master: int, code: int, detail: Optional[str] = None) -> None:
         codes = self.codes[key]
@@ -233,13 +247,34 @@ class _Round:
             self.decided_at[key] = time.monotonic_ns()
             self.undecided -= 1
 
+    def count(self, key: int, master: int, kind: int, reply: Any) -> None:
+        """Turns one reply into a vote (as the native engine does, reply type by reply type)."""
+        if kind == _KIND_SET:
+            if reply == b"OK":
+                self.vote(key, master, OK)
+            elif reply is None:
+                self.vote(key, master, TAKEN)
+            else:
+                self.vote(key, master, ERROR, "unexpected reply to SET")
+        elif isinstance(reply, int):
+            if self.values is not None:
+                self.values[key][master] = reply
+            self.vote(key, master, OK if reply > 0 else TAKEN)
+        elif reply is None:
+            self.vote(key, master, TAKEN)
+        else:
+            self.vote(key, master, ERROR, "unexpected reply to the script")
+
     def results(self, end_ns: int) -> list[RoundResult]:
         """Masters still pending were SKIPPED if their key was decided, else they TIMED OUT."""
         out = []
-        for codes, decided, details in zip(self.codes, self.decided_at, self.details):
+        for key, (codes, decided, details) in enumerate(
+            zip(self.codes, self.decided_at, self.details)
+        ):
             if PENDING in codes:
                 codes = codes.replace(b"\xff", bytes([SKIPPED if decided else TIMEOUT]))
-            out.append((bytes(codes), (decided or end_ns) - self.t0, details))
+            values = None if self.values is None else tuple(self.values[key])
+            out.append((bytes(codes), (decided or end_ns) - self.t0, details, values))
         return out
 
 
@@ -262,22 +297,25 @@ class PythonEngine:
     ) -> list[RoundResult]:
         ttl = str(int(ttl_ms)).encode()
         commands = [(b"SET", key, token, b"NX", b"PX", ttl) for key, token in zip(keys, tokens)]
-        return self._round(_KIND_SET, commands, None, timeout_ms, False, True)
+        return self._round(_KIND_SET, commands, None, timeout_ms, False, True, False)
 
     def run_script(
         self,
         sha: bytes,
         source: bytes,
-        keys: Sequence[bytes],
-        tokens: Sequence[bytes],
-        extra_arg: Optional[bytes],
+        numkeys: int,
+        argvs: Sequence[tuple[bytes, ...]],
         timeout_ms: float,
         wait_all: bool,
+        want_values: bool = False,
+        honour_backoff: bool = False,
     ) -> list[RoundResult]:
-        tail = () if extra_arg is None else (extra_arg,)
-        commands = [(b"EVALSHA", sha, b"1", key, token, *tail) for key, token in zip(keys, tokens)]
-        fallback = [(b"EVAL", source, b"1", key, token, *tail) for key, token in zip(keys, tokens)]
-        return self._round(_KIND_SCRIPT, commands, fallback, timeout_ms, wait_all, False)
+        count = str(numkeys).encode()
+        commands = [(b"EVALSHA", sha, count, *argv) for argv in argvs]
+        fallback = [(b"EVAL", source, count, *argv) for argv in argvs]
+        return self._round(
+            _KIND_SCRIPT, commands, fallback, timeout_ms, wait_all, honour_backoff, want_values
+        )
 
     def close(self) -> None:
         forked = self._generation != _fork.generation()
@@ -298,6 +336,7 @@ class PythonEngine:
         timeout_ms: float,
         wait_all: bool,
         honour_backoff: bool,
+        want_values: bool,
     ) -> list[RoundResult]:
         if self._generation != _fork.generation():
             for master in self._masters:
@@ -306,7 +345,7 @@ class PythonEngine:
         n_keys = len(commands)
         t0 = time.monotonic_ns()
         deadline = t0 + int(timeout_ms * 1_000_000)
-        votes = _Round(n_keys, len(self._masters), self._quorum, t0)
+        votes = _Round(n_keys, len(self._masters), self._quorum, t0, want_values)
         self._refresh()
         poller = select.poll()
         queues: dict[int, tuple[_Master, deque]] = {}  # fd -> (master, reply slots)
@@ -314,14 +353,20 @@ class PythonEngine:
         for master in self._masters:
             if master.connected:
                 self._send(master, commands, votes, queues, poller)
-            elif honour_backoff and t0 < master.down_until:
-                # An acquire does not wait for a master that just failed; release does.
+            elif (
+                honour_backoff
+                and t0 < master.down_until
+                and (kind == _KIND_SET or master.unreached)
+            ):
+                # An acquire does not wait for a master that just failed, nor does the unlock
+                # after a failed attempt when nothing could have reached that master; release
+                # and extend always try.
                 self._vote_all(votes, master.index, CONN_ERROR, master.last_error)
             else:
                 try:
                     sock = master.start_connect()
                 except OSError as exc:
-                    self._give_up(votes, master, exc)
+                    self._give_up(votes, master, exc, unreached=True)
                     continue
                 connecting[sock.fileno()] = (master, sock)
                 poller.register(sock, select.POLLOUT)
@@ -348,17 +393,17 @@ class PythonEngine:
             # Nothing was sent on it: closing loses nothing. Past the deadline it counts as failed.
             sock.close()
             if end >= deadline:
-                self._give_up(votes, master, TimeoutError("connect timed out"))
+                self._give_up(votes, master, TimeoutError("connect timed out"), unreached=True)
         for master, slots in queues.values():
-            self._abandon(master, slots)
+            self._abandon(master, slots, fallback, end >= deadline)
         return votes.results(end)
 
     def _refresh(self) -> None:
         """Reads, without waiting, what idle connections received since the last round.
 
-        Late replies to earlier rounds are dropped here, so a master that was merely slower than
-        the quorum is waited for again; a connection the master closed meanwhile (a restart) is
-        replaced in this round instead of failing it.
+        Late replies to earlier rounds are dealt with here, so a master that was merely slower
+        than the quorum is waited for again; a connection the master closed meanwhile (a restart)
+        is replaced in this round instead of failing it.
         """
         idle = {m.conn._sock.fileno(): m for m in self._masters if m.connected}
         if not idle:
@@ -370,14 +415,28 @@ class PythonEngine:
             master = idle[fd]
             try:
                 while master.stale and master.conn.can_read(timeout=0):
-                    with contextlib.suppress(ResponseError):
-                        master.conn.read_response(disable_decoding=True)
-                    master.stale -= 1
+                    self._late_reply(master, master.stale)
+                master.lagging = master.lagging and bool(master.stale)
                 broken = master.conn.can_read(timeout=0)  # EOF, or a reply nobody asked for
             except (redis.RedisError, OSError):
                 broken = True
             if broken:
                 master.drop()
+
+    @staticmethod
+    def _late_reply(master: _Master, entries: deque) -> None:
+        """Reads one reply owed to an abandoned round; a NOSCRIPT gets its EVAL sent now."""
+        conn = master.conn
+        try:
+            conn.read_response(disable_decoding=True)
+            entries.popleft()
+        except NoScriptError:
+            command = entries.popleft()
+            if command is not None:
+                conn.send_packed_command(conn.pack_command(*command), False)
+                entries.append(None)
+        except _REPLY_ERRORS:
+            entries.popleft()
 
     def _connected(
         self, master: _Master, sock: socket.socket, votes: _Round, deadline: int
@@ -390,7 +449,7 @@ class PythonEngine:
             master.adopt(sock, max(deadline - time.monotonic_ns(), 1_000_000) / 1e9)
         except (redis.RedisError, OSError) as exc:
             sock.close()
-            self._give_up(votes, master, exc)
+            self._give_up(votes, master, exc, unreached=True)
             return False
         return True
 
@@ -408,12 +467,12 @@ class PythonEngine:
         except (redis.RedisError, OSError) as exc:
             self._give_up(votes, master, exc)
             return
-        # A master still owing replies to an earlier round gets this round's commands queued
-        # behind them, but a wait_all round does not wait for it.
-        master.waited = master.stale == 0
-        slots = deque([DISCARD] * master.stale)
+        # A master that let an earlier round time out and has not caught up since gets this
+        # round's commands, but a wait_all round does not wait for it: one stopped master must not
+        # cost every release its timeout. One merely slower than the quorum is waited for.
+        master.waited = not master.lagging
+        slots, master.stale = master.stale, deque()
         slots.extend(range(len(commands)))
-        master.stale = 0
         fd = conn._sock.fileno()
         queues[fd] = (master, slots)
         poller.register(fd, select.POLLIN)
@@ -427,34 +486,33 @@ class PythonEngine:
         votes: _Round,
         deadline: int,
     ) -> bool:
-        """Reads every reply that is ready; False when the connection failed."""
+        """Reads every reply that is ready; False when the connection failed.
+
+        `slots` says what each reply answers, in order: first entries owed to earlier rounds,
+        then this round's item indices (an int).
+        """
         conn = master.conn
         index = master.index
         try:
             while slots:
                 remaining = (deadline - time.monotonic_ns()) / 1e9
                 conn._sock.settimeout(max(remaining, 0.001))  # a half reply costs no more
-                try:
-                    reply: Any = conn.read_response(disable_decoding=True)
-                except NoScriptError as exc:
+                if not isinstance(slots[0], int):
+                    self._late_reply(master, slots)
+                else:
+                    try:
+                        reply: Any = conn.read_response(disable_decoding=True)
+                    except _REPLY_ERRORS as exc:
+                        reply = exc
                     slot = slots.popleft()
-                    if slot >= 0 and fallback is not None:
+                    master.lagging = False  # every earlier reply came first: it has caught up
+                    if isinstance(reply, NoScriptError) and fallback is not None:
                         conn.send_packed_command(conn.pack_command(*fallback[slot]), False)
                         slots.append(slot)
-                    elif slot >= 0:
-                        votes.vote(slot, index, ERROR, _error_text(exc))
-                    continue
-                except ResponseError as exc:
-                    reply = exc
-                slot = slots.popleft()
-                if slot >= 0:
-                    if isinstance(reply, ResponseError):
+                    elif isinstance(reply, _REPLY_ERRORS):
                         votes.vote(slot, index, ERROR, _error_text(reply))
-                    elif kind == _KIND_SET:
-                        votes.vote(slot, index, OK if reply == b"OK" else TAKEN)
                     else:
-                        ok = isinstance(reply, int) and reply > 0
-                        votes.vote(slot, index, OK if ok else TAKEN)
+                        votes.count(slot, index, kind, reply)
                 if not slots or not conn.can_read(timeout=0):
                     return True
             return True
@@ -468,23 +526,31 @@ class PythonEngine:
         return any(master.waited for master, _slots in queues.values())
 
     @staticmethod
-    def _abandon(master: _Master, slots: deque) -> None:
-        """The round ended with replies still owed: they are read and dropped next round."""
+    def _abandon(
+        master: _Master, slots: deque, fallback: Optional[list[tuple]], timed_out: bool
+    ) -> None:
+        """The round ended with replies still owed: later rounds read them (see _late_reply)."""
         if len(slots) > MAX_STALE_REPLIES:
             master.drop()
-        else:
-            master.stale = len(slots)
+            return
+        master.stale = deque(
+            (fallback[slot] if fallback is not None else None) if isinstance(slot, int) else slot
+            for slot in slots
+        )
+        master.lagging = timed_out
 
-    def _give_up(self, votes: _Round, master: _Master, exc: BaseException) -> None:
+    def _give_up(
+        self, votes: _Round, master: _Master, exc: BaseException, unreached: bool = False
+    ) -> None:
         """The master failed in this round: each key it has not answered gets one vote for it."""
-        if isinstance(exc, ResponseError):
+        if isinstance(exc, _REPLY_ERRORS):
             code, detail = ERROR, _error_text(exc)
         elif isinstance(exc, (redis.TimeoutError, TimeoutError)):
             code, detail = TIMEOUT, str(exc) or "timed out"
         else:
             code, detail = CONN_ERROR, str(exc) or type(exc).__name__
         self._vote_all(votes, master.index, code, detail)
-        master.failed(time.monotonic_ns(), detail)
+        master.failed(time.monotonic_ns(), detail, unreached)
 
     @staticmethod
     def _vote_all(votes: _Round, index: int, code: int, detail: Optional[str]) -> None:

@@ -45,6 +45,10 @@ class LockLost(_VotesError):
     """Release or extend found the lock no longer held by a quorum of masters."""
 
 
+class TooManyExtensions(HiredlockError):
+    """extend() was called more often than the lock's max_extensions allows."""
+
+
 class NotHeld(HiredlockError, RuntimeError):
     """Release or extend of a lock this object does not hold (never acquired, or released)."""
 

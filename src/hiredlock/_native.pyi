@@ -22,10 +22,11 @@ class NativeEngine:
         self,
         sha: bytes,
         source: bytes,
-        keys: Sequence[bytes],
-        tokens: Sequence[bytes],
-        extra_arg: Optional[bytes],
+        numkeys: int,
+        argvs: Sequence[tuple[bytes, ...]],
         timeout_ms: float,
         wait_all: bool,
+        want_values: bool = False,
+        honour_backoff: bool = False,
     ) -> list[RoundResult]: ...
     def close(self) -> None: ...

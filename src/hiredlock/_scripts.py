@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 
 class Script(NamedTuple):
@@ -33,6 +33,47 @@ EXTEND = _script(
     "if redis.call('get', KEYS[1]) == ARGV[1] then "
     "return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end"
 )
+
+
+# Fencing, round 1: take the lock and, only if it was taken, bump the name's counter (KEYS[2]).
+# Returns the new counter, or 0 when the lock is held by another token. ARGV: token, ttl ms.
+ACQUIRE_FENCED = _script(
+    "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
+    "return redis.call('incr', KEYS[2]) else return 0 end"
+)
+
+# Fencing, round 2: raise the counter to the fence handed out (never lower it), so that any later
+# majority intersects masters that already count past it. ARGV[1] = fence. Returns 1.
+RAISE_FENCE = _script(
+    "local current = tonumber(redis.call('get', KEYS[1]) or '0') "
+    "if current < tonumber(ARGV[1]) then redis.call('set', KEYS[1], ARGV[1]) end "
+    "return 1"
+)
+
+# What a master holds for a name, packed in one integer so both engines read it the same way:
+# 0 when the key is missing, else (pttl + 2) * 4 + ours * 2 + 1 (pttl -1: no expiry).
+# ARGV[1] = token.
+INSPECT = _script(
+    "local kind = redis.call('type', KEYS[1])['ok'] "
+    "if kind == 'none' then return 0 end "
+    "local ours = 0 "
+    "if kind == 'string' and redis.call('get', KEYS[1]) == ARGV[1] then ours = 1 end "
+    "return (redis.call('pttl', KEYS[1]) + 2) * 4 + ours * 2 + 1"
+)
+
+# Where the fencing counter of a lock name lives (no ttl: it must outlive every holder).
+FENCE_KEY_PREFIX = b"hiredlock:fence:"
+
+
+def fence_key(key: bytes) -> bytes:
+    return FENCE_KEY_PREFIX + key
+
+
+def unpack_inspect(value: int) -> tuple[bool, Optional[int], bool]:
+    """(exists, pttl in ms or -1 without expiry or None when missing, ours) from INSPECT's reply."""
+    if value <= 0:
+        return False, None, False
+    return True, (value >> 2) - 2, bool(value & 2)
 
 
 class Outcome(enum.IntEnum):

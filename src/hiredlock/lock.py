@@ -1,52 +1,118 @@
-"""Lock: one named lock on a Redlock's masters: acquire, release, extend, and its validity."""
+"""Lock: one named lock on a Redlock's masters: acquire, release, extend, renewal and fencing."""
 
 from __future__ import annotations
 
 import logging
 import os
 import random
+import threading
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from . import _config, _scripts
 from ._config import Duration
-from ._errors import HiredlockError, LockLost, LockNotAcquired, NotHeld, QuorumUnreachable
+from ._contract import RoundResult
+from ._errors import (
+    HiredlockError,
+    LockLost,
+    LockNotAcquired,
+    NotHeld,
+    QuorumUnreachable,
+    TooManyExtensions,
+)
 
 if TYPE_CHECKING:
     from .redlock import Redlock
 
 _OK = int(_scripts.Outcome.OK)
-_TAKEN = int(_scripts.Outcome.TAKEN)
 _log = logging.getLogger("hiredlock")
 
 
 class Lock:
-    """A Redlock lock on one name. Made by Redlock.lock(); not shared between threads."""
+    """A Redlock lock on one name. Made by Redlock.lock(); one thread at a time uses it.
+
+    The watchdog (auto_renew) and the owner may touch it concurrently; a private mutex orders them,
+    so no renewal ever follows a release.
+    """
 
     __slots__ = (
+        "__weakref__",
+        "_acquired_at_ns",
+        "_acquisition",
+        "_auto_renew",
+        "_blocking_timeout",
         "_drift_ms",
+        "_extensions",
+        "_fence",
+        "_fencing",
         "_key",
         "_last_codes",
         "_last_votes",
         "_lost",
+        "_max_extensions",
+        "_max_hold_ns",
+        "_mutex",
         "_name",
+        "_on_lost",
+        "_owner",
         "_redlock",
         "_timeout_ms",
         "_token",
         "_ttl_ms",
         "_valid_until_ns",
+        "lost",
     )
 
-    def __init__(self, redlock: Redlock, name: str | bytes, ttl: Duration) -> None:
+    def __init__(
+        self,
+        redlock: Redlock,
+        name: str | bytes,
+        ttl: Duration,
+        *,
+        blocking_timeout: Optional[Duration] = None,
+        auto_renew: bool = False,
+        max_hold: Optional[Duration] = None,
+        on_lost: Optional[Callable[[Lock], Any]] = None,
+        max_extensions: Optional[int] = None,
+        fencing: bool = False,
+    ) -> None:
         self._redlock = redlock
         self._key = _config.lock_name(name)
         self._name = name
         self._ttl_ms, self._timeout_ms, self._drift_ms = self._timing(ttl, "ttl")
+        self._blocking_timeout = (
+            None
+            if blocking_timeout is None
+            else _config.non_negative_seconds(blocking_timeout, "blocking_timeout")
+        )
+        self._auto_renew = _config.flag(auto_renew, "auto_renew")
+        self._max_hold_ns: Optional[int] = None
+        if max_hold is not None:
+            if not self._auto_renew:
+                raise ValueError("max_hold bounds auto-renewal: it needs auto_renew=True")
+            self._max_hold_ns = int(_config.positive_duration_ms(max_hold, "max_hold") * 1e6)
+        if on_lost is not None and not callable(on_lost):
+            raise TypeError(f"on_lost must be callable, not {type(on_lost).__name__}")
+        self._on_lost = on_lost
+        self._max_extensions = (
+            None
+            if max_extensions is None
+            else _config.non_negative_int(max_extensions, "max_extensions")
+        )
+        self._fencing = _config.flag(fencing, "fencing")
+        self._mutex = threading.Lock()
         self._token: Optional[bytes] = None
         self._valid_until_ns = 0
+        self._acquired_at_ns = 0
+        self._acquisition = 0  # bumped by every acquire and release: stale renewals see it
+        self._owner: Optional[threading.Thread] = None
         self._lost = False
+        self._fence: Optional[int] = None
+        self._extensions = 0
         self._last_votes: tuple = ()
         self._last_codes: Optional[bytes] = None  # per-master outcomes of the last failed attempt
+        self.lost = threading.Event()
+        """Set when the lock is found lost while held (failed renewal or extend)."""
 
     def _timing(self, ttl: Any, argument: str) -> tuple[int, float, float]:
         """ttl in ms, per-master timeout and drift; refuses a ttl that could never be valid."""
@@ -79,11 +145,17 @@ class Lock:
     @property
     def token(self) -> Optional[str]:
         """This holder's random token (40 hex characters) while acquired, else None."""
-        return None if self._token is None else self._token.decode()
+        token = self._token
+        return None if token is None else token.decode()
+
+    @property
+    def fence(self) -> Optional[int]:
+        """With fencing=True: a number larger than every earlier holder's, while held."""
+        return self._fence
 
     @property
     def validity(self) -> float:
-        """Seconds the lock is still guaranteed to be ours (0.0 when not held)."""
+        """Seconds the lock is still guaranteed to be ours (0.0 when not held or lost)."""
         if self._token is None or self._lost:
             return 0.0
         return max(0.0, (self._valid_until_ns - time.monotonic_ns()) / 1e9)
@@ -94,8 +166,13 @@ class Lock:
         return self.validity > 0.0
 
     @property
+    def extensions(self) -> int:
+        """How many times extend() succeeded since the last acquire."""
+        return self._extensions
+
+    @property
     def last_votes(self) -> tuple:
-        """The masters' votes in this lock's last round."""
+        """The masters' votes in this lock's last failed round."""
         return self._last_votes
 
     # -- acquire -------------------------------------------------------------------------------
@@ -105,12 +182,11 @@ class Lock:
 
         blocking=False tries once. blocking=True retries, after a random delay around the Redlock's
         retry_delay, while the lock is held by others: forever when timeout is None, else until
-        `timeout` seconds have passed (an overall deadline). Returns False when the lock stayed
-        taken. Raises QuorumUnreachable when too few masters answered, after retry_count attempts
-        in a row (at once when blocking=False).
+        `timeout` seconds have passed (an overall deadline on the monotonic clock). Returns False
+        when the lock stayed taken. Raises QuorumUnreachable when too few masters answered,
+        after retry_count attempts in a row (at once when blocking=False).
         """
-        if not isinstance(blocking, bool):
-            raise TypeError(f"blocking must be a bool, not {type(blocking).__name__}")
+        _config.flag(blocking, "blocking")
         deadline_ns: Optional[int] = None
         if timeout is not None:
             if not blocking:
@@ -156,45 +232,98 @@ class Lock:
             time.sleep(delay)
 
     def _attempt(self) -> bool:
-        """One round: SET NX PX on every master; on failure, unlock every master."""
+        """One attempt; on failure every master is unlocked and the votes are kept."""
         token = os.urandom(_scripts.TOKEN_BYTES).hex().encode()
-        redlock = self._redlock
         start = time.monotonic_ns()
-        result = redlock._set_nx((self._key,), (token,), self._ttl_ms, self._timeout_ms)[0]
-        codes, elapsed_ns, _details = result
-        validity = self._ttl_ms - elapsed_ns / 1e6 - self._drift_ms
-        if codes.count(_OK) >= redlock.quorum and validity > 0:
+        if self._fencing:
+            failed, fence = self._fenced_rounds(token, start)
+        else:
+            result = self._redlock._set_nx((self._key,), (token,), self._ttl_ms, self._timeout_ms)
+            failed = self._refusal(result[0], result[0][1])
+            fence = None
+        if failed is not None:
+            self._redlock._release_tokens(
+                ((self._key, token),), self._timeout_ms, after_failed_attempt=True
+            )
+            self._last_votes = self._redlock._votes(failed)
+            self._last_codes = failed[0]
+            return False
+        with self._mutex:
             self._token = token
             self._lost = False
+            self.lost.clear()
+            self._fence = fence
+            self._extensions = 0
             self._valid_until_ns = start + int((self._ttl_ms - self._drift_ms) * 1_000_000)
-            self._last_votes = ()
-            self._last_codes = None
-            return True
-        # Masters that timed out may have applied the SET and lost only the reply: unlock all.
-        redlock._script(
-            _scripts.RELEASE, (self._key,), (token,), None, self._timeout_ms, wait_all=True
-        )
-        self._last_votes = redlock._votes(result)
-        self._last_codes = codes
-        return False
+            self._acquired_at_ns = start
+            self._owner = threading.current_thread()
+            self._acquisition += 1
+            acquisition = self._acquisition
+        self._last_votes = ()
+        self._last_codes = None
+        self._redlock._holding(self, True)
+        if self._auto_renew:
+            self._redlock._watchdog().watch(self, acquisition, start + self._renew_interval_ns())
+        return True
+
+    def _refusal(self, result: RoundResult, elapsed_ns: int) -> Optional[RoundResult]:
+        """None when `result` is a valid quorum (elapsed counted from the first round's start)."""
+        valid = self._ttl_ms - elapsed_ns / 1e6 - self._drift_ms > 0
+        if result[0].count(_OK) >= self._redlock.quorum and valid:
+            return None
+        return result
+
+    def _fenced_rounds(
+        self, token: bytes, start: int
+    ) -> tuple[Optional[RoundResult], Optional[int]]:
+        """Acquire with a fence: (the failed round or None, the fence).
+
+        Round 1 takes the lock and bumps the name's counter where it was taken; the fence is the
+        largest counter of that quorum. Round 2 raises the counter on every master to the fence,
+        so that every later quorum meets a master already past it: fences only ever grow.
+        """
+        redlock = self._redlock
+        fence_key = _scripts.fence_key(self._key)
+        ttl = str(self._ttl_ms).encode()
+        first = redlock._script(
+            _scripts.ACQUIRE_FENCED,
+            2,
+            ((self._key, fence_key, token, ttl),),
+            self._timeout_ms,
+            wait_all=False,
+            want_values=True,
+            honour_backoff=True,
+        )[0]
+        if self._refusal(first, first[1]) is not None:
+            return first, None
+        fence = max(value for code, value in zip(first[0], first[3]) if code == _OK)
+        second = redlock._script(
+            _scripts.RAISE_FENCE,
+            1,
+            ((fence_key, str(fence).encode()),),
+            self._timeout_ms,
+            wait_all=True,
+        )[0]
+        return self._refusal(second, time.monotonic_ns() - start), fence
 
     # -- release and extend ----------------------------------------------------------------------
 
     def release(self) -> None:
         """Unlocks every master. Raises LockLost if fewer than a quorum still held our token."""
-        token = self._token
-        if token is None:
-            raise NotHeld(f"lock {self._name!r} is not held by this Lock object")
-        self._token = None
-        lost = self._lost
-        self._lost = False
-        self._valid_until_ns = 0
-        redlock = self._redlock
-        result = redlock._script(
-            _scripts.RELEASE, (self._key,), (token,), None, self._timeout_ms, wait_all=True
-        )[0]
-        if lost or result[0].count(_OK) < redlock.quorum:
-            self._last_votes = redlock._votes(result)
+        with self._mutex:
+            token = self._token
+            if token is None:
+                raise NotHeld(f"lock {self._name!r} is not held by this Lock object")
+            lost = self._lost
+            self._token = None
+            self._lost = False
+            self._fence = None
+            self._valid_until_ns = 0
+            self._acquisition += 1  # the watchdog drops this acquisition's renewals
+        self._redlock._holding(self, False)
+        result = self._redlock._release_tokens(((self._key, token),), self._timeout_ms)[0]
+        if lost or result[0].count(_OK) < self._redlock.quorum:
+            self._last_votes = self._redlock._votes(result)
             raise LockLost(
                 f"lock {self._name!r} was no longer held by a quorum when released",
                 self._last_votes,
@@ -205,39 +334,87 @@ class Lock:
 
         Counts only if a quorum extended and the new validity, measured from this call's start, is
         positive; otherwise the lock is marked lost and LockLost is raised. A key that has expired
-        is never created again.
+        is never created again. With max_extensions, the extension past the cap raises
+        TooManyExtensions (before any I/O).
         """
-        token = self._token
-        if token is None or self._lost:
-            raise NotHeld(f"lock {self._name!r} is not held by this Lock object")
-        if ttl is None:
-            ttl_ms, timeout_ms, drift = self._ttl_ms, self._timeout_ms, self._drift_ms
-        else:
-            ttl_ms, timeout_ms, drift = self._timing(ttl, "ttl")
+        timing = None if ttl is None else self._timing(ttl, "ttl")
+        if self._max_extensions is not None and self._extensions >= self._max_extensions:
+            raise TooManyExtensions(
+                f"lock {self._name!r} was extended {self._extensions} times already "
+                f"(max_extensions={self._max_extensions})"
+            )
+        with self._mutex:
+            if self._token is None or self._lost:
+                raise NotHeld(f"lock {self._name!r} is not held by this Lock object")
+            error = self._extend_round(timing)
+            if error is None:
+                self._extensions += 1
+        if error is not None:
+            self._notify_lost()
+            raise error
+
+    def _extend_round(self, timing: Optional[tuple[int, float, float]]) -> Optional[LockLost]:
+        """One extend round, under the mutex; on failure marks the lock lost, returns the error."""
+        ttl_ms, timeout_ms, drift = timing or (self._ttl_ms, self._timeout_ms, self._drift_ms)
         redlock = self._redlock
         start = time.monotonic_ns()
         # wait_all: every master that keeps up gets the new ttl (and the EVAL after a NOSCRIPT);
-        # the validity still counts from when the quorum was reached.
+        # the validity still counts from this round's start.
         result = redlock._script(
             _scripts.EXTEND,
-            (self._key,),
-            (token,),
-            str(ttl_ms).encode(),
+            1,
+            ((self._key, self._token, str(ttl_ms).encode()),),
             timeout_ms,
             wait_all=True,
         )[0]
-        codes, elapsed_ns, _details = result
+        codes, elapsed_ns = result[0], result[1]
         if codes.count(_OK) >= redlock.quorum and ttl_ms - elapsed_ns / 1e6 - drift > 0:
             self._valid_until_ns = start + int((ttl_ms - drift) * 1_000_000)
-            return
+            return None
         self._lost = True
         self._last_votes = redlock._votes(result)
-        raise LockLost(f"lock {self._name!r} could not be extended on a quorum", self._last_votes)
+        return LockLost(f"lock {self._name!r} could not be extended on a quorum", self._last_votes)
+
+    def _notify_lost(self) -> None:
+        self.lost.set()
+        if self._on_lost is not None:
+            try:
+                self._on_lost(self)
+            except Exception:
+                _log.exception("hiredlock: the on_lost callback of %r raised", self._name)
+
+    # -- auto-renewal (called by the watchdog thread) ----------------------------------------------
+
+    def _renew_interval_ns(self) -> int:
+        return self._ttl_ms * 1_000_000 // 3
+
+    def _renew(self, acquisition: int) -> Optional[int]:
+        """Extends the lock if it is still this acquisition's; returns when to renew next."""
+        with self._mutex:
+            if acquisition != self._acquisition or self._token is None or self._lost:
+                return None
+            owner = self._owner
+            if owner is not None and not owner.is_alive():
+                _log.warning(
+                    "hiredlock: the thread that acquired %r ended without releasing it; "
+                    "it is no longer renewed and expires with its ttl",
+                    self._name,
+                )
+                return None
+            now = time.monotonic_ns()
+            if self._max_hold_ns is not None and now - self._acquired_at_ns >= self._max_hold_ns:
+                return None
+            error = self._extend_round(None)
+        if error is not None:
+            _log.warning("hiredlock: lost %r: %s", self._name, error)
+            self._notify_lost()
+            return None
+        return now + self._renew_interval_ns()
 
     # -- context manager -------------------------------------------------------------------------
 
     def __enter__(self) -> Lock:
-        if not self.acquire():
+        if not self.acquire(timeout=self._blocking_timeout):
             raise LockNotAcquired(f"lock {self._name!r} was not acquired", self._last_votes)
         return self
 

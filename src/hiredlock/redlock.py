@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import logging
+import threading
+import weakref
 from collections.abc import Iterable, Sequence
-from typing import Any, Optional
+from typing import Any, Callable, NamedTuple, Optional, TypeVar, Union
 
 from . import _backend, _config, _scripts
 from ._config import Duration, MasterLike, MasterSpec
@@ -11,7 +15,26 @@ from ._contract import RoundResult
 from ._errors import Vote
 from ._pool import EnginePool
 from ._scripts import Outcome
+from ._watchdog import Watchdog
 from .lock import Lock
+from .rlock import RLock
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+NameOrFactory = Union[str, bytes, Callable[..., Union[str, bytes]]]
+
+
+class KeyState(NamedTuple):
+    """What one master holds for a lock name (Redlock.inspect)."""
+
+    master: str
+    outcome: Outcome  # OK when the master answered; a failure outcome otherwise
+    exists: Optional[bool]  # None when the master did not answer
+    pttl_ms: Optional[int]  # ms left; -1: the key has no expiry; None: missing or no answer
+    ours: Optional[bool]  # the key holds the token of a lock this Redlock holds
+    detail: Optional[str] = None
+
+
+_log = logging.getLogger("hiredlock")
 
 
 class Redlock:
@@ -53,6 +76,10 @@ class Redlock:
         )
         self.backend: str = engine_class.name
         self._pool = EnginePool(lambda: engine_class(self._masters, self._quorum))
+        self._state_mutex = threading.Lock()
+        self._held: weakref.WeakSet[Lock] = weakref.WeakSet()
+        self._renewer: Optional[Watchdog] = None
+        self._closed = False
 
     # -- public ------------------------------------------------------------------------------
 
@@ -76,9 +103,105 @@ class Redlock:
     def drift_factor(self) -> float:
         return self._drift_factor
 
-    def lock(self, name: str | bytes, ttl: Duration) -> Lock:
-        """A lock on `name` (the Redis key) held for `ttl` seconds at most. No I/O happens here."""
-        return Lock(self, name, ttl)
+    def lock(
+        self,
+        name: str | bytes,
+        ttl: Duration,
+        *,
+        blocking_timeout: Optional[Duration] = None,
+        auto_renew: bool = False,
+        max_hold: Optional[Duration] = None,
+        on_lost: Optional[Callable[[Lock], Any]] = None,
+        max_extensions: Optional[int] = None,
+        fencing: bool = False,
+    ) -> Lock:
+        """A lock on `name` (the Redis key) held for `ttl` seconds at most. No I/O happens here.
+
+        blocking_timeout: how long `with lock:` waits (None: until acquired).
+        auto_renew:       extend at about ttl/3 from a background thread while held; on a failed
+                          renewal `lock.lost` is set and `on_lost(lock)` is called.
+        max_hold:         with auto_renew, stop renewing this long after the acquire.
+        max_extensions:   extend() past this many times raises TooManyExtensions.
+        fencing:          `lock.fence` is then larger than every earlier holder's fence.
+        """
+        return Lock(
+            self,
+            name,
+            ttl,
+            blocking_timeout=blocking_timeout,
+            auto_renew=auto_renew,
+            max_hold=max_hold,
+            on_lost=on_lost,
+            max_extensions=max_extensions,
+            fencing=fencing,
+        )
+
+    def rlock(self, name: str | bytes, ttl: Duration, **options: Any) -> RLock:
+        """A reentrant lock: its owning thread may acquire it again (same options as lock())."""
+        return RLock(self, name, ttl, **options)
+
+    def synchronized(
+        self,
+        name: NameOrFactory,
+        ttl: Duration,
+        *,
+        blocking_timeout: Optional[Duration] = None,
+        auto_renew: bool = False,
+        **options: Any,
+    ) -> Callable[[_F], _F]:
+        """Decorator: the function runs only while holding the lock `name`.
+
+        `name` may be a callable taking the function's arguments and returning the lock name,
+        e.g. `lambda order_id: f"order:{order_id}"`. The lock is released when the function
+        returns or raises; LockNotAcquired is raised if it cannot be had within blocking_timeout.
+        """
+        make = functools.partial(
+            self.lock,
+            ttl=ttl,
+            blocking_timeout=blocking_timeout,
+            auto_renew=auto_renew,
+            **options,
+        )
+        if callable(name):
+            make("checking the options")  # bad options fail at decoration, not at the first call
+        else:
+            make(name)
+
+        def decorate(func: _F) -> _F:
+            @functools.wraps(func)
+            def locked_call(*args: Any, **kwargs: Any) -> Any:
+                with make(name(*args, **kwargs) if callable(name) else name):
+                    return func(*args, **kwargs)
+
+            return locked_call  # type: ignore[return-value]
+
+        return decorate
+
+    def locked(self, name: str | bytes) -> bool:
+        """True if a majority of the masters hold a key for `name` (anyone's lock)."""
+        answered = [state for state in self.inspect(name) if state.exists]
+        return len(answered) >= self._quorum
+
+    def inspect(self, name: str | bytes) -> list[KeyState]:
+        """Asks every master what it holds for `name`: exists, PTTL, and whether it is ours."""
+        key = _config.lock_name(name)
+        token = self._token_held_for(key)
+        result = self._script(
+            _scripts.INSPECT,
+            1,
+            ((key, token),),
+            self.master_timeout_ms(_scripts.MAX_TTL_MS),
+            wait_all=True,
+            want_values=True,
+        )[0]
+        states = []
+        for vote, value in zip(self._votes(result), result[3]):
+            if vote.outcome in (Outcome.OK, Outcome.TAKEN):
+                exists, pttl, ours = _scripts.unpack_inspect(value)
+                states.append(KeyState(vote.master, Outcome.OK, exists, pttl, ours))
+            else:
+                states.append(KeyState(vote.master, vote.outcome, None, None, None, vote.detail))
+        return states
 
     def master_timeout_ms(self, ttl_ms: float) -> float:
         """The per-master wait of one round for a lock of this ttl."""
@@ -87,7 +210,24 @@ class Redlock:
         return _scripts.default_master_timeout_ms(ttl_ms)
 
     def close(self) -> None:
-        """Closes every connection. Locks still held stay on the masters until their ttl."""
+        """Stops auto-renewal, releases the locks it still holds, and closes every connection.
+
+        The watchdog thread has ended when close() returns. Releasing is best effort: a lock
+        whose release fails stays on the masters until its ttl.
+        """
+        with self._state_mutex:
+            if self._closed:
+                return
+            self._closed = True
+            renewer, self._renewer = self._renewer, None
+            held = list(self._held)
+        if renewer is not None:
+            renewer.close()
+        for lock in held:
+            try:
+                lock.release()
+            except Exception as exc:  # closing must not fail half-way
+                _log.warning("hiredlock: releasing %r on close failed: %s", lock.name, exc)
         self._pool.close()
 
     def __enter__(self) -> Redlock:
@@ -113,24 +253,79 @@ class Redlock:
     def _script(
         self,
         script: _scripts.Script,
-        keys: Sequence[bytes],
-        tokens: Sequence[bytes],
-        extra_arg: Optional[bytes],
+        numkeys: int,
+        argvs: Sequence[tuple[bytes, ...]],
         timeout_ms: float,
         wait_all: bool,
+        want_values: bool = False,
+        honour_backoff: bool = False,
     ) -> list[RoundResult]:
         engine = self._pool.checkout()
         try:
             return engine.run_script(
-                script.sha, script.source, keys, tokens, extra_arg, timeout_ms, wait_all
+                script.sha,
+                script.source,
+                numkeys,
+                argvs,
+                timeout_ms,
+                wait_all,
+                want_values,
+                honour_backoff,
             )
         finally:
             self._pool.checkin(engine)
 
+    def _release_tokens(
+        self,
+        pairs: Sequence[tuple[bytes, bytes]],
+        timeout_ms: float,
+        after_failed_attempt: bool = False,
+    ) -> list[RoundResult]:
+        """The release script for (key, token) pairs on every master, waiting for all of them.
+
+        After a failed attempt, masters that just failed before anything was written to them
+        (connect refused or timed out) are not retried: nothing of that attempt reached them,
+        and a dead majority then costs one timeout per attempt. Every other master is sent the
+        release, those that did not answer too. A user's release tries every master.
+        """
+        return self._script(
+            _scripts.RELEASE,
+            1,
+            pairs,
+            timeout_ms,
+            wait_all=True,
+            honour_backoff=after_failed_attempt,
+        )
+
+    def _holding(self, lock: Lock, held: bool) -> None:
+        """Keeps the set of locks this Redlock holds (for inspect and close)."""
+        with self._state_mutex:
+            if held:
+                self._held.add(lock)
+            else:
+                self._held.discard(lock)
+
+    def _token_held_for(self, key: bytes) -> bytes:
+        with self._state_mutex:
+            for lock in self._held:
+                if lock.key == key and lock.token is not None:
+                    return lock.token.encode()
+        return b""
+
+    def _watchdog(self) -> Watchdog:
+        with self._state_mutex:
+            if self._renewer is None and not self._closed:
+                self._renewer = Watchdog(hex(id(self)))
+            return self._renewer or _CLOSED_WATCHDOG
+
     def _votes(self, result: RoundResult) -> tuple[Vote, ...]:
-        codes, _elapsed, details = result
+        codes, details = result[0], result[2]
         details = details or {}
         return tuple(
             Vote(name, Outcome(code), details.get(index))
             for index, (name, code) in enumerate(zip(self._master_names, codes))
         )
+
+
+_CLOSED_WATCHDOG = Watchdog("closed")
+_CLOSED_WATCHDOG.close()  # watch() on a closed watchdog does nothing: locks taken after close()

@@ -1,0 +1,78 @@
+"""The watchdog: one thread per Redlock that extends its auto-renewed locks at about ttl/3."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from .lock import Lock
+
+_log = logging.getLogger("hiredlock")
+
+
+class Watchdog:
+    """Renews locks until they are released, lost, past max_hold, or their owner thread ended.
+
+    Entries hold the lock weakly: a Lock object nobody references any more is not kept alive
+    (nor renewed) by the watchdog. The thread starts with the first watched lock and ends in
+    close(), which waits for it.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._wakeup = threading.Condition(threading.Lock())
+        self._due: list[tuple[int, int, weakref.ref, int]] = []  # (when ns, seq, lock, acquisition)
+        self._seq = itertools.count()
+        self._thread: Optional[threading.Thread] = None
+        self._closed = False
+
+    def watch(self, lock: Lock, acquisition: int, due_ns: int) -> None:
+        with self._wakeup:
+            if self._closed:
+                return
+            heapq.heappush(self._due, (due_ns, next(self._seq), weakref.ref(lock), acquisition))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name=f"hiredlock-watchdog-{self._name}", daemon=True
+                )
+                self._thread.start()
+            self._wakeup.notify()
+
+    def close(self) -> None:
+        """Stops renewing and waits for the thread (a renewal in flight finishes first)."""
+        with self._wakeup:
+            self._closed = True
+            self._due.clear()
+            thread = self._thread
+            self._wakeup.notify()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._wakeup:
+                while not self._closed:
+                    now = time.monotonic_ns()
+                    if self._due and self._due[0][0] <= now:
+                        break
+                    wait_ns = self._due[0][0] - now if self._due else None
+                    self._wakeup.wait(None if wait_ns is None else wait_ns / 1e9)
+                if self._closed:
+                    return
+                _when, _seq, lock_ref, acquisition = heapq.heappop(self._due)
+            lock = lock_ref()
+            if lock is None:
+                continue
+            try:
+                next_due = lock._renew(acquisition)
+            except Exception:  # never let one lock's surprise stop the renewal of the others
+                _log.exception("hiredlock watchdog: renewing %r failed", lock)
+                next_due = None
+            if next_due is not None:
+                self.watch(lock, acquisition, next_due)

@@ -1,0 +1,121 @@
+"""RLock: a reentrant lock. The owning thread may acquire it again; the last release unlocks."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Optional
+
+from . import _config
+from ._config import Duration
+from ._errors import HiredlockError, LockNotAcquired, NotHeld
+from .lock import Lock
+
+if TYPE_CHECKING:
+    from .redlock import Redlock
+
+_log = logging.getLogger("hiredlock")
+
+
+class RLock:
+    """Like threading.RLock, across machines. Made by Redlock.rlock(); shared by threads.
+
+    Inside one process, a thread that does not own it waits on a local gate first (no network
+    traffic while a sibling thread holds it), then takes the distributed lock with its own Lock.
+    """
+
+    def __init__(self, redlock: Redlock, name: str | bytes, ttl: Duration, **options: Any) -> None:
+        self._make_lock = lambda: Lock(redlock, name, ttl, **options)
+        self._make_lock()  # checks the arguments now, before any I/O
+        self._name = name
+        self._blocking_timeout = options.get("blocking_timeout")
+        self._gate = threading.Lock()  # held while some thread of this process owns the lock
+        self._owner: Optional[int] = None
+        self._count = 0
+        self._lock: Optional[Lock] = None
+        self._last_votes: tuple = ()
+
+    @property
+    def name(self) -> str | bytes:
+        return self._name
+
+    @property
+    def lock(self) -> Optional[Lock]:
+        """The Lock that holds the masters while owned (its token, fence, validity, lost event)."""
+        return self._lock
+
+    @property
+    def held(self) -> bool:
+        lock = self._lock
+        return lock is not None and lock.held
+
+    @property
+    def count(self) -> int:
+        """How many times the owning thread acquired it (0 when not owned)."""
+        return self._count
+
+    def acquire(self, blocking: bool = True, timeout: Optional[Duration] = None) -> bool:
+        """As Lock.acquire; returns True at once (counting) when this thread owns it already."""
+        _config.flag(blocking, "blocking")
+        me = threading.get_ident()
+        if self._owner == me:
+            self._count += 1
+            return True
+        if timeout is not None and not blocking:
+            raise ValueError("timeout cannot be given with blocking=False")
+        wait_s = None if timeout is None else _config.non_negative_seconds(timeout, "timeout")
+        start = time.monotonic()
+        if not self._gate.acquire(blocking, -1 if wait_s is None else wait_s):
+            return False
+        try:
+            lock = self._make_lock()
+            remaining = None if wait_s is None else max(0.0, wait_s - (time.monotonic() - start))
+            acquired = lock.acquire(blocking, remaining) if blocking else lock.acquire(False)
+        except BaseException:
+            self._gate.release()
+            raise
+        if not acquired:
+            self._gate.release()
+            self._last_votes = lock.last_votes
+            return False
+        self._lock = lock
+        self._owner = me
+        self._count = 1
+        return True
+
+    def release(self) -> None:
+        """Counts down; the owner's last release unlocks the masters (LockLost as Lock.release)."""
+        if self._owner != threading.get_ident():
+            raise NotHeld(f"lock {self._name!r} is not held by this thread")
+        self._count -= 1
+        if self._count:
+            return
+        lock, self._lock, self._owner = self._lock, None, None
+        try:
+            assert lock is not None
+            lock.release()
+        finally:
+            self._gate.release()
+
+    def extend(self, ttl: Optional[Duration] = None) -> None:
+        if self._owner != threading.get_ident() or self._lock is None:
+            raise NotHeld(f"lock {self._name!r} is not held by this thread")
+        self._lock.extend(ttl)
+
+    def __enter__(self) -> RLock:
+        if not self.acquire(timeout=self._blocking_timeout):
+            raise LockNotAcquired(f"lock {self._name!r} was not acquired", self._last_votes)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
+        if exc_type is None:
+            self.release()
+            return
+        try:  # the body's exception wins, as with Lock
+            self.release()
+        except HiredlockError as release_error:
+            _log.warning("releasing %r after an exception failed: %s", self._name, release_error)
+
+    def __repr__(self) -> str:
+        return f"<hiredlock.RLock {self._name!r} count={self._count}>"
