@@ -25,6 +25,13 @@ if TYPE_CHECKING:
     from .redlock import Redlock
 
 _OK = int(_scripts.Outcome.OK)
+
+
+def new_token() -> bytes:
+    """20 bytes from the OS CSPRNG (fork-safe: no user-space state), as 40 hex characters."""
+    return os.urandom(_scripts.TOKEN_BYTES).hex().encode()
+
+
 _log = logging.getLogger("hiredlock")
 
 
@@ -233,7 +240,7 @@ class Lock:
 
     def _attempt(self) -> bool:
         """One attempt; on failure every master is unlocked and the votes are kept."""
-        token = os.urandom(_scripts.TOKEN_BYTES).hex().encode()
+        token = new_token()
         start = time.monotonic_ns()
         if self._fencing:
             failed, fence = self._fenced_rounds(token, start)
@@ -245,9 +252,18 @@ class Lock:
             self._redlock._release_tokens(
                 ((self._key, token),), self._timeout_ms, after_failed_attempt=True
             )
-            self._last_votes = self._redlock._votes(failed)
-            self._last_codes = failed[0]
+            self._refused(failed)
             return False
+        self._took(token, start, fence)
+        return True
+
+    def _refused(self, failed: RoundResult) -> None:
+        """Keeps the votes of a failed attempt (the caller has unlocked every master)."""
+        self._last_votes = self._redlock._votes(failed)
+        self._last_codes = failed[0]
+
+    def _took(self, token: bytes, start: int, fence: Optional[int]) -> None:
+        """The lock is ours from `start` (before the first write of the winning round)."""
         with self._mutex:
             self._token = token
             self._lost = False
@@ -264,7 +280,6 @@ class Lock:
         self._redlock._holding(self, True)
         if self._auto_renew:
             self._redlock._watchdog().watch(self, acquisition, start + self._renew_interval_ns())
-        return True
 
     def _refusal(self, result: RoundResult, elapsed_ns: int) -> Optional[RoundResult]:
         """None when `result` is a valid quorum (elapsed counted from the first round's start)."""
@@ -310,6 +325,14 @@ class Lock:
 
     def release(self) -> None:
         """Unlocks every master. Raises LockLost if fewer than a quorum still held our token."""
+        token, lost = self._let_go()
+        result = self._redlock._release_tokens(((self._key, token),), self._timeout_ms)[0]
+        error = self._released(result, lost)
+        if error is not None:
+            raise error
+
+    def _let_go(self) -> tuple[bytes, bool]:
+        """Forgets the token (no renewal follows); returns it and whether the lock was lost."""
         with self._mutex:
             token = self._token
             if token is None:
@@ -321,13 +344,16 @@ class Lock:
             self._valid_until_ns = 0
             self._acquisition += 1  # the watchdog drops this acquisition's renewals
         self._redlock._holding(self, False)
-        result = self._redlock._release_tokens(((self._key, token),), self._timeout_ms)[0]
-        if lost or result[0].count(_OK) < self._redlock.quorum:
-            self._last_votes = self._redlock._votes(result)
-            raise LockLost(
-                f"lock {self._name!r} was no longer held by a quorum when released",
-                self._last_votes,
-            )
+        return token, lost
+
+    def _released(self, result: RoundResult, lost: bool) -> Optional[LockLost]:
+        """The error for a release round's result, or None when a quorum released."""
+        if not lost and result[0].count(_OK) >= self._redlock.quorum:
+            return None
+        self._last_votes = self._redlock._votes(result)
+        return LockLost(
+            f"lock {self._name!r} was no longer held by a quorum when released", self._last_votes
+        )
 
     def extend(self, ttl: Optional[Duration] = None) -> None:
         """Re-arms the lock for `ttl` seconds (default: its own ttl) from now, on every master.

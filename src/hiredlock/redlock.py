@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any, Callable, NamedTuple, Optional, TypeVar, Union
@@ -12,11 +13,11 @@ from typing import Any, Callable, NamedTuple, Optional, TypeVar, Union
 from . import _backend, _config, _scripts
 from ._config import Duration, MasterLike, MasterSpec
 from ._contract import RoundResult
-from ._errors import Vote
+from ._errors import LockLost, QuorumUnreachable, Vote
 from ._pool import EnginePool
 from ._scripts import Outcome
 from ._watchdog import Watchdog
-from .lock import Lock
+from .lock import Lock, new_token
 from .rlock import RLock
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -135,6 +136,73 @@ class Redlock:
             max_extensions=max_extensions,
             fencing=fencing,
         )
+
+    def acquire_many(self, names: Iterable[str | bytes], ttl: Duration) -> list[Optional[Lock]]:
+        """Tries to acquire every name at once: one round trip to each master for the batch.
+
+        Each name is judged on its own (its own quorum and validity); the result has a Lock for
+        each name acquired and None for each name that was not (those are unlocked everywhere
+        in one more round). One attempt, no retries. Raises QuorumUnreachable when the masters
+        failed so that no name could have been acquired.
+        """
+        locks = [Lock(self, name, ttl) for name in names]
+        if not locks:
+            return []
+        keys = [lock.key for lock in locks]
+        if len(set(keys)) != len(keys):
+            raise ValueError("names must not repeat in one batch")
+        first = locks[0]
+        tokens = [new_token() for _ in locks]
+        start = time.monotonic_ns()
+        results = self._set_nx(keys, tokens, first._ttl_ms, first._timeout_ms)
+        out: list[Optional[Lock]] = []
+        unlock: list[tuple[bytes, bytes]] = []
+        unreachable = 0
+        for lock, token, result in zip(locks, tokens, results):
+            failed = lock._refusal(result, result[1])
+            if failed is None:
+                lock._took(token, start, None)
+                out.append(lock)
+                continue
+            lock._refused(failed)
+            unlock.append((lock.key, token))
+            unreachable += _scripts.quorum_unreachable(result[0], self._quorum)
+            out.append(None)
+        if unlock:
+            self._release_tokens(unlock, first._timeout_ms, after_failed_attempt=True)
+        if unreachable == len(locks):
+            raise QuorumUnreachable(
+                f"too many masters failed to answer ({self._quorum} of "
+                f"{len(self._masters)} needed) for any of {len(locks)} names",
+                locks[0].last_votes,
+            )
+        return out
+
+    def release_many(self, locks: Iterable[Lock]) -> None:
+        """Releases every lock in one round trip to each master.
+
+        Raises LockLost after the round if some lock was no longer held by a quorum (naming them
+        all; the votes are the first one's); the others are released all the same.
+        """
+        batch = [lock for lock in locks]
+        if not batch:
+            return
+        let_go = [lock._let_go() for lock in batch]
+        timeout_ms = max(lock._timeout_ms for lock in batch)
+        results = self._release_tokens(
+            [(lock.key, token) for lock, (token, _lost) in zip(batch, let_go)], timeout_ms
+        )
+        errors = [
+            (lock, error)
+            for lock, (_token, lost), result in zip(batch, let_go, results)
+            if (error := lock._released(result, lost)) is not None
+        ]
+        if errors:
+            names = ", ".join(repr(lock.name) for lock, _error in errors)
+            raise LockLost(
+                f"{len(errors)} of {len(batch)} locks were no longer held by a quorum: {names}",
+                errors[0][1].votes,
+            )
 
     def rlock(self, name: str | bytes, ttl: Duration, **options: Any) -> RLock:
         """A reentrant lock: its owning thread may acquire it again (same options as lock())."""
