@@ -1,8 +1,11 @@
-"""A small pool of engines, so that threads never share a connection and never wait for one."""
+"""A small pool of engines, so that threads never share a connection and never wait for one.
+
+It takes no lock of its own: list.append and list.pop are atomic, and this is on every round's
+path. close() and a concurrent checkin() are ordered by re-checking `closed` after the append.
+"""
 
 from __future__ import annotations
 
-import threading
 from typing import Callable
 
 from . import _fork
@@ -16,39 +19,41 @@ class EnginePool:
     def __init__(self, factory: Callable[[], Engine]) -> None:
         self._factory = factory
         self._idle: list[Engine] = []
-        self._mutex = threading.Lock()
         self._closed = False
         self._generation = _fork.generation()
 
     def checkout(self) -> Engine:
         if self._generation != _fork.generation():
             self._after_fork()
-        with self._mutex:
-            if self._closed:
-                raise HiredlockError("this Redlock is closed")
-            if self._idle:
-                return self._idle.pop()
-        return self._factory()
+        if self._closed:
+            raise HiredlockError("this Redlock is closed")
+        try:
+            return self._idle.pop()
+        except IndexError:
+            return self._factory()
 
     def checkin(self, engine: Engine) -> None:
-        with self._mutex:
-            if not self._closed and self._generation == _fork.generation():
-                self._idle.append(engine)
-                return
-        engine.close()
+        if self._closed or self._generation != _fork.generation():
+            engine.close()
+            return
+        self._idle.append(engine)
+        if self._closed:  # close() ran meanwhile and may have missed this engine
+            self._close_idle()
 
     def close(self) -> None:
-        with self._mutex:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for engine in idle:
+        self._closed = True
+        self._close_idle()
+
+    def _close_idle(self) -> None:
+        while True:
+            try:
+                engine = self._idle.pop()
+            except IndexError:
+                return
             engine.close()
 
     def _after_fork(self) -> None:
         # The parent's engines hold the parent's sockets: forget them (their close() does no I/O
-        # in a child) and start afresh. The mutex may have been held by a thread that is not here.
-        self._mutex = threading.Lock()
-        idle, self._idle = self._idle, []
+        # in a child) and start afresh.
         self._generation = _fork.generation()
-        for engine in idle:
-            engine.close()
+        self._close_idle()

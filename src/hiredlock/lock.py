@@ -56,6 +56,7 @@ class Lock:
         "_last_codes",
         "_last_votes",
         "_lost",
+        "_lost_event",
         "_max_extensions",
         "_max_hold_ns",
         "_mutex",
@@ -67,7 +68,6 @@ class Lock:
         "_token",
         "_ttl_ms",
         "_valid_until_ns",
-        "lost",
     )
 
     def __init__(
@@ -86,13 +86,13 @@ class Lock:
         self._redlock = redlock
         self._key = _config.lock_name(name)
         self._name = name
-        self._ttl_ms, self._timeout_ms, self._drift_ms = self._timing(ttl, "ttl")
+        self._ttl_ms, self._timeout_ms, self._drift_ms = redlock._timing(ttl)
         self._blocking_timeout = (
             None
             if blocking_timeout is None
             else _config.non_negative_seconds(blocking_timeout, "blocking_timeout")
         )
-        self._auto_renew = _config.flag(auto_renew, "auto_renew")
+        self._auto_renew = auto_renew is True or _config.flag(auto_renew, "auto_renew")
         self._max_hold_ns: Optional[int] = None
         if max_hold is not None:
             if not self._auto_renew:
@@ -106,7 +106,7 @@ class Lock:
             if max_extensions is None
             else _config.non_negative_int(max_extensions, "max_extensions")
         )
-        self._fencing = _config.flag(fencing, "fencing")
+        self._fencing = fencing is True or _config.flag(fencing, "fencing")
         self._mutex = threading.Lock()
         self._token: Optional[bytes] = None
         self._valid_until_ns = 0
@@ -118,21 +118,7 @@ class Lock:
         self._extensions = 0
         self._last_votes: tuple = ()
         self._last_codes: Optional[bytes] = None  # per-master outcomes of the last failed attempt
-        self.lost = threading.Event()
-        """Set when the lock is found lost while held (failed renewal or extend)."""
-
-    def _timing(self, ttl: Any, argument: str) -> tuple[int, float, float]:
-        """ttl in ms, per-master timeout and drift; refuses a ttl that could never be valid."""
-        ttl_ms = _config.ttl_ms(ttl, argument)
-        timeout_ms = self._redlock.master_timeout_ms(ttl_ms)
-        drift = _scripts.drift_ms(ttl_ms, self._redlock.drift_factor)
-        if _scripts.validity_ms(ttl_ms, timeout_ms, self._redlock.drift_factor) <= 0:
-            raise ValueError(
-                f"{argument} of {ttl_ms} ms is too short: the per-master timeout "
-                f"({timeout_ms:g} ms) and the clock drift allowance ({drift:g} ms) would leave "
-                "no validity"
-            )
-        return ttl_ms, timeout_ms, drift
+        self._lost_event: Optional[threading.Event] = None  # made on first use: see `lost`
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -154,6 +140,17 @@ class Lock:
         """This holder's random token (40 hex characters) while acquired, else None."""
         token = self._token
         return None if token is None else token.decode()
+
+    @property
+    def lost(self) -> threading.Event:
+        """Set when the lock is found lost while held (a failed renewal or extend)."""
+        event = self._lost_event
+        if event is None:
+            with self._mutex:  # one Event, even when the watchdog asks at the same time
+                if self._lost_event is None:
+                    self._lost_event = threading.Event()
+                event = self._lost_event
+        return event
 
     @property
     def fence(self) -> Optional[int]:
@@ -193,7 +190,8 @@ class Lock:
         when the lock stayed taken. Raises QuorumUnreachable when too few masters answered,
         after retry_count attempts in a row (at once when blocking=False).
         """
-        _config.flag(blocking, "blocking")
+        if blocking is not True and blocking is not False:
+            _config.flag(blocking, "blocking")
         deadline_ns: Optional[int] = None
         if timeout is not None:
             if not blocking:
@@ -267,7 +265,8 @@ class Lock:
         with self._mutex:
             self._token = token
             self._lost = False
-            self.lost.clear()
+            if self._lost_event is not None:
+                self._lost_event.clear()
             self._fence = fence
             self._extensions = 0
             self._valid_until_ns = start + int((self._ttl_ms - self._drift_ms) * 1_000_000)
@@ -363,7 +362,7 @@ class Lock:
         is never created again. With max_extensions, the extension past the cap raises
         TooManyExtensions (before any I/O).
         """
-        timing = None if ttl is None else self._timing(ttl, "ttl")
+        timing = None if ttl is None else self._redlock._timing(ttl)
         if self._max_extensions is not None and self._extensions >= self._max_extensions:
             raise TooManyExtensions(
                 f"lock {self._name!r} was extended {self._extensions} times already "

@@ -6,7 +6,6 @@ import functools
 import logging
 import threading
 import time
-import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any, Callable, NamedTuple, Optional, TypeVar, Union
 
@@ -78,7 +77,10 @@ class Redlock:
         self.backend: str = engine_class.name
         self._pool = EnginePool(lambda: engine_class(self._masters, self._quorum))
         self._state_mutex = threading.Lock()
-        self._held: weakref.WeakSet[Lock] = weakref.WeakSet()
+        # The locks this Redlock holds, by id (dict operations are atomic: no mutex on the hot
+        # path); close() releases them, inspect() recognises their tokens.
+        self._held: dict[int, Lock] = {}
+        self._timings: dict[tuple, tuple[int, float, float]] = {}
         self._renewer: Optional[Watchdog] = None
         self._closed = False
 
@@ -288,7 +290,7 @@ class Redlock:
                 return
             self._closed = True
             renewer, self._renewer = self._renewer, None
-            held = list(self._held)
+            held = list(self._held.values())
         if renewer is not None:
             renewer.close()
         for lock in held:
@@ -366,19 +368,41 @@ class Redlock:
         )
 
     def _holding(self, lock: Lock, held: bool) -> None:
-        """Keeps the set of locks this Redlock holds (for inspect and close)."""
-        with self._state_mutex:
-            if held:
-                self._held.add(lock)
-            else:
-                self._held.discard(lock)
+        """Keeps the locks this Redlock holds (for inspect and close)."""
+        if held:
+            self._held[id(lock)] = lock
+        else:
+            self._held.pop(id(lock), None)
 
     def _token_held_for(self, key: bytes) -> bytes:
-        with self._state_mutex:
-            for lock in self._held:
-                if lock.key == key and lock.token is not None:
-                    return lock.token.encode()
+        for lock in list(self._held.values()):
+            token = lock.token
+            if lock.key == key and token is not None:
+                return token.encode()
         return b""
+
+    def _timing(self, ttl: Any) -> tuple[int, float, float]:
+        """ttl in ms, per-master timeout and drift; refuses a ttl that could never be valid.
+
+        Cached by value (and type: True is not 1 here), as lock loops reuse a few ttls.
+        """
+        cache_key = (type(ttl), ttl)
+        try:
+            return self._timings[cache_key]
+        except (KeyError, TypeError):  # TypeError: not hashable, validated below
+            pass
+        ttl_ms = _config.ttl_ms(ttl, "ttl")
+        timeout_ms = self.master_timeout_ms(ttl_ms)
+        drift = _scripts.drift_ms(ttl_ms, self._drift_factor)
+        if _scripts.validity_ms(ttl_ms, timeout_ms, self._drift_factor) <= 0:
+            raise ValueError(
+                f"ttl of {ttl_ms} ms is too short: the per-master timeout ({timeout_ms:g} ms) "
+                f"and the clock drift allowance ({drift:g} ms) would leave no validity"
+            )
+        if len(self._timings) >= 64:
+            self._timings.clear()
+        self._timings[cache_key] = timing = (ttl_ms, timeout_ms, drift)
+        return timing
 
     def _watchdog(self) -> Watchdog:
         with self._state_mutex:
