@@ -76,3 +76,4 @@ class Watchdog:
                 next_due = None
             if next_due is not None:
                 self.watch(lock, acquisition, next_due)
+            del lock  # hold no reference while waiting: a dropped lock must be collectable

@@ -6,6 +6,7 @@ import functools
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any, Callable, NamedTuple, Optional, TypeVar, Union
 
@@ -77,9 +78,10 @@ class Redlock:
         self.backend: str = engine_class.name
         self._pool = EnginePool(lambda: engine_class(self._masters, self._quorum))
         self._state_mutex = threading.Lock()
-        # The locks this Redlock holds, by id (dict operations are atomic: no mutex on the hot
-        # path); close() releases them, inspect() recognises their tokens.
-        self._held: dict[int, Lock] = {}
+        # The locks this Redlock holds, by id, held weakly: a held Lock its caller dropped is
+        # neither kept alive nor renewed (its keys expire with their ttl). close() releases the
+        # others; inspect() recognises their tokens. No mutex: single dict operations are atomic.
+        self._held: weakref.WeakValueDictionary[int, Lock] = weakref.WeakValueDictionary()
         self._timings: dict[tuple, tuple[int, float, float]] = {}
         self._renewer: Optional[Watchdog] = None
         self._closed = False
