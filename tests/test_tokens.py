@@ -28,7 +28,8 @@ def test_tokens_unique_100k(engine, make_redlock, masters5, capsys):
     t0 = time.monotonic()
     for i in range(N_TOKENS):
         lk = rl.lock(prefix + str(i), 60)
-        assert lk.acquire(blocking=False), i
+        # blocking: one 50 ms stall of a loaded machine in 100k round trips is retried, not fatal
+        assert lk.acquire(timeout=5), i
         tok = lk.token
         tokens.add(tok)
         if i % 1000 == 0:
