@@ -9,7 +9,6 @@ timing rule come from the Python package; this file only moves bytes and counts 
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.errno cimport EINTR, errno
 from libc.stdint cimport int64_t, uint8_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.stdio cimport snprintf
@@ -42,17 +41,9 @@ from libhiredis cimport (
 from hiredlock import _scripts
 
 
-cdef extern from "<time.h>" nogil:
-    ctypedef long time_t
-    struct timespec:
-        time_t tv_sec
-        long tv_nsec
-    enum:
-        CLOCK_MONOTONIC
-    int clock_gettime(int clock_id, timespec *tp)
-
-cdef extern from "<poll.h>" nogil:
-    struct pollfd:
+cdef extern from "hl_platform.h" nogil:
+    # poll() / WSAPoll(), the monotonic clock, SO_ERROR, and fork detection: see that header.
+    ctypedef struct hl_pollfd:
         int fd
         short events
         short revents
@@ -62,20 +53,12 @@ cdef extern from "<poll.h>" nogil:
         POLLERR
         POLLHUP
         POLLNVAL
-    int poll(pollfd *fds, unsigned long nfds, int timeout)
-
-cdef extern from "<sys/socket.h>" nogil:
-    ctypedef unsigned int socklen_t
-    enum:
-        SOL_SOCKET
-        SO_ERROR
-    int getsockopt(int fd, int level, int name, void *value, socklen_t *length)
-
-cdef extern from "<string.h>" nogil:
-    char *strerror(int errnum)
-
-cdef extern from "<pthread.h>" nogil:
-    int pthread_atfork(void (*prepare)(), void (*parent)(), void (*child)())
+    int hl_poll(hl_pollfd *fds, unsigned long count, int timeout_ms)
+    int hl_poll_interrupted()
+    int64_t hl_now_ns()
+    int hl_socket_error(int fd)
+    int hl_on_fork_in_child(void (*child)())
+    const char *hl_error_text(int error)
 
 
 HIREDIS_VERSION = f"{HIREDIS_MAJOR}.{HIREDIS_MINOR}.{HIREDIS_PATCH}"
@@ -112,13 +95,11 @@ cdef void after_fork_in_child() noexcept nogil:
     fork_generation += 1
 
 
-pthread_atfork(NULL, NULL, after_fork_in_child)
+hl_on_fork_in_child(after_fork_in_child)
 
 
 cdef inline int64_t now_ns() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
+    return hl_now_ns()
 
 
 cdef inline size_t format_int(char *buffer, long long value) noexcept nogil:
@@ -276,7 +257,7 @@ cdef class NativeEngine:
     cdef int *fails
     cdef int64_t *decided_at
     cdef char **details        # [item * n + master], malloc'd texts or NULL
-    cdef pollfd *fds
+    cdef hl_pollfd *fds
     cdef int *fd_master
     cdef const char **argv_ptr
     cdef size_t *argv_len
@@ -295,7 +276,7 @@ cdef class NativeEngine:
             raise ValueError("masters must name at least one Redis master")
         self.quorum = self.n // 2 + 1 if quorum is None else quorum
         self.masters = <Master *>calloc(self.n, sizeof(Master))
-        self.fds = <pollfd *>calloc(self.n, sizeof(pollfd))
+        self.fds = <hl_pollfd *>calloc(self.n, sizeof(hl_pollfd))
         self.fd_master = <int *>calloc(self.n, sizeof(int))
         self.argv_ptr = <const char **>calloc(2 * MAX_PARTS + MAX_ARGS, sizeof(char *))
         self.argv_len = <size_t *>calloc(2 * MAX_PARTS + MAX_ARGS, sizeof(size_t))
@@ -566,9 +547,9 @@ cdef class NativeEngine:
                 break
             if remaining > 3600 * <int64_t>1000000000:
                 remaining = 3600 * <int64_t>1000000000
-            rc = poll(self.fds, nfds, <int>((remaining + 999999) // 1000000))
+            rc = hl_poll(self.fds, nfds, <int>((remaining + 999999) // 1000000))
             if rc < 0:
-                if errno == EINTR:
+                if hl_poll_interrupted():
                     continue
                 break
             for k in range(nfds):
@@ -614,7 +595,7 @@ cdef class NativeEngine:
                 self.fds[nfds].revents = 0
                 self.fd_master[nfds] = i
                 nfds += 1
-        if nfds == 0 or poll(self.fds, nfds, 0) <= 0:
+        if nfds == 0 or hl_poll(self.fds, nfds, 0) <= 0:
             return
         for k in range(nfds):
             if not self.fds[k].revents:
@@ -796,15 +777,13 @@ cdef class NativeEngine:
     cdef void _service(self, int i, int revents, Command *cmd) noexcept nogil:
         cdef Master *m = &self.masters[i]
         cdef int err = 0
-        cdef socklen_t errlen = sizeof(int)
         cdef int64_t now = now_ns()
         if m.failed or m.ctx == NULL:
             return
         if m.state == CONNECTING:
-            if getsockopt(m.ctx.fd, SOL_SOCKET, SO_ERROR, &err, &errlen) != 0:
-                err = errno
+            err = hl_socket_error(m.ctx.fd)
             if err:
-                self._fail_master(i, CONN_ERROR, strerror(err), now)
+                self._fail_master(i, CONN_ERROR, hl_error_text(err), now)
                 return
             m.state = READY
             m.backoff_ms = 0

@@ -1,0 +1,81 @@
+/* The few operating-system calls the engine makes, each behind one name, for POSIX and Windows.
+ * engine.pyx declares these (and nothing else of the OS), so porting means editing this file. */
+#ifndef HIREDLOCK_PLATFORM_H
+#define HIREDLOCK_PLATFORM_H
+
+#include <stdint.h>
+#include <string.h>
+
+#ifdef _WIN32
+#include <winsock2.h>
+#include <windows.h>
+
+typedef WSAPOLLFD hl_pollfd;
+
+static int hl_poll(hl_pollfd *fds, unsigned long count, int timeout_ms) {
+    return WSAPoll(fds, (ULONG)count, timeout_ms);
+}
+
+/* WSAPoll is never interrupted by a signal. */
+static int hl_poll_interrupted(void) { return 0; }
+
+static int64_t hl_now_ns(void) {
+    LARGE_INTEGER frequency, counter;
+    QueryPerformanceFrequency(&frequency);
+    QueryPerformanceCounter(&counter);
+    /* split to keep the product within 64 bits */
+    return (int64_t)(counter.QuadPart / frequency.QuadPart) * 1000000000
+        + (int64_t)(counter.QuadPart % frequency.QuadPart) * 1000000000 / frequency.QuadPart;
+}
+
+static int hl_socket_error(SOCKET fd) {
+    int error = 0;
+    int length = sizeof(error);
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, (char *)&error, &length) != 0)
+        return WSAGetLastError();
+    return error;
+}
+
+/* There is no fork() on Windows: nothing to watch for. */
+static int hl_on_fork_in_child(void (*child)(void)) {
+    (void)child;
+    return 0;
+}
+
+#else
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <time.h>
+
+typedef struct pollfd hl_pollfd;
+
+static int hl_poll(hl_pollfd *fds, unsigned long count, int timeout_ms) {
+    return poll(fds, (nfds_t)count, timeout_ms);
+}
+
+static int hl_poll_interrupted(void) { return errno == EINTR; }
+
+static int64_t hl_now_ns(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+static int hl_socket_error(int fd) {
+    int error = 0;
+    socklen_t length = sizeof(error);
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0)
+        return errno;
+    return error;
+}
+
+static int hl_on_fork_in_child(void (*child)(void)) {
+    return pthread_atfork(NULL, NULL, child);
+}
+#endif
+
+static const char *hl_error_text(int error) { return strerror(error); }
+
+#endif
