@@ -58,6 +58,7 @@ cdef extern from "hl_platform.h" nogil:
     int64_t hl_now_ns()
     int hl_socket_error(int fd)
     int hl_on_fork_in_child(void (*child)())
+    void hl_set_noinherit(int fd)
     const char *hl_error_text(int error)
 
 
@@ -678,6 +679,7 @@ cdef class NativeEngine:
         if m.ctx.err:
             self._fail_master(i, CONN_ERROR, m.ctx.errstr, now)
             return False
+        hl_set_noinherit(m.ctx.fd)
         m.state = CONNECTING
         m.connect_deadline = now + self.c_timeout_ns
         m.stale = 0

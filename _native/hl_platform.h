@@ -36,6 +36,12 @@ static int hl_socket_error(SOCKET fd) {
     return error;
 }
 
+/* Child processes must not inherit the lock's connections (Python's own sockets are not
+ * inheritable either, PEP 446). */
+static void hl_set_noinherit(SOCKET fd) {
+    SetHandleInformation((HANDLE)fd, HANDLE_FLAG_INHERIT, 0);
+}
+
 /* There is no fork() on Windows: nothing to watch for. */
 static int hl_on_fork_in_child(void (*child)(void)) {
     (void)child;
@@ -44,6 +50,7 @@ static int hl_on_fork_in_child(void (*child)(void)) {
 
 #else
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/socket.h>
@@ -73,6 +80,14 @@ static int hl_socket_error(int fd) {
 
 static int hl_on_fork_in_child(void (*child)(void)) {
     return pthread_atfork(NULL, NULL, child);
+}
+
+/* Child processes must not inherit the lock's connections (Python's own sockets are not
+ * inheritable either, PEP 446). */
+static void hl_set_noinherit(int fd) {
+    int flags = fcntl(fd, F_GETFD);
+    if (flags != -1)
+        fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
 }
 #endif
 
