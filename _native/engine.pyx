@@ -75,6 +75,7 @@ cdef uint8_t PENDING = 255
 cdef int MAX_STALE = _scripts.MAX_STALE_REPLIES
 cdef int BACKOFF_MIN_MS = _scripts.RECONNECT_BACKOFF_MIN_MS
 cdef int BACKOFF_MAX_MS = _scripts.RECONNECT_BACKOFF_MAX_MS
+cdef int64_t IDLE_CHECK_NS = 1000000  # connections idle longer are checked before a round
 
 cdef enum Kind:
     KIND_SET
@@ -137,6 +138,8 @@ cdef struct Command:
     const char *tail[MAX_PARTS]
     size_t tail_len[MAX_PARTS]
     bint want_values
+    char **formatted           # [item]: the command as sent, formatted once for every master
+    int *formatted_len
 
 
 cdef struct Redo:
@@ -180,6 +183,7 @@ cdef struct Master:
     bint waited                # wait_all rounds wait for it (it is not lagging)
     bint lagging               # a round timed out on it; cleared once it has caught up
     bint unreached             # its last failure came before anything was written to it
+    int64_t last_round_end     # when a round last ended with this connection open
 
 
 cdef void forget_redo(Master *m, unsigned long long up_to) noexcept nogil:
@@ -426,8 +430,11 @@ cdef class NativeEngine:
         cmd.n_args = n_args
         cmd.args = <const char **>malloc(n_items * n_args * sizeof(char *))
         cmd.args_len = <size_t *>malloc(n_items * n_args * sizeof(size_t))
+        cmd.formatted = <char **>calloc(n_items, sizeof(char *))
+        cmd.formatted_len = <int *>calloc(n_items, sizeof(int))
         try:
-            if cmd.args == NULL or cmd.args_len == NULL:
+            if (cmd.args == NULL or cmd.args_len == NULL or cmd.formatted == NULL
+                    or cmd.formatted_len == NULL):
                 raise MemoryError()
             # `items` keeps every bytes object alive while the GIL is released.
             for k in range(n_items):
@@ -456,6 +463,12 @@ cdef class NativeEngine:
                 self.details[i] = NULL
             free(cmd.args)
             free(cmd.args_len)
+            if cmd.formatted != NULL:
+                for k in range(n_items):
+                    if cmd.formatted[k] != NULL:
+                        redisFreeCommand(cmd.formatted[k])
+            free(cmd.formatted)
+            free(cmd.formatted_len)
 
     cdef void _forget_inherited(self) noexcept nogil:
         # In a forked child: close our copies of the parent's sockets, sending nothing.
@@ -491,6 +504,7 @@ cdef class NativeEngine:
     cdef void _run(self, Command *cmd, int64_t t0, int64_t deadline, bint wait_all,
                    bint honour_backoff) noexcept nogil:
         cdef int i, k, nfds, rc, events
+        cdef bint last_look = False
         cdef int64_t remaining, now
         cdef Master *m
         memset(self.codes, PENDING, <size_t>cmd.n_items * self.n)
@@ -545,17 +559,25 @@ cdef class NativeEngine:
                 break
             remaining = deadline - now_ns()
             if remaining <= 0:
-                break
+                if last_look:
+                    break
+                # Past the deadline, take one more look without waiting: replies that are
+                # already here count (a client descheduled past its deadline must not call
+                # masters that answered in time dead).
+                last_look = True
+                remaining = 0
             if remaining > 3600 * <int64_t>1000000000:
                 remaining = 3600 * <int64_t>1000000000
             rc = hl_poll(self.fds, nfds, <int>((remaining + 999999) // 1000000))
             if rc < 0:
-                if hl_poll_interrupted():
+                if hl_poll_interrupted() and not last_look:
                     continue
                 break
             for k in range(nfds):
                 if self.fds[k].revents:
                     self._service(self.fd_master[k], self.fds[k].revents, cmd)
+            if last_look:
+                break
 
         # 3. What is still owed is read and dropped by a later round, or the connection goes.
         now = now_ns()
@@ -563,6 +585,7 @@ cdef class NativeEngine:
             m = &self.masters[i]
             if m.ctx == NULL:
                 continue
+            m.last_round_end = now
             if m.state == CONNECTING and now >= m.connect_deadline:
                 fail(m, now)
                 continue
@@ -588,9 +611,13 @@ cdef class NativeEngine:
         cdef redisReply *reply
         cdef bint broken
         cdef int done = 0
+        cdef int64_t idle_since = now_ns() - IDLE_CHECK_NS
         for i in range(self.n):
             m = &self.masters[i]
-            if m.ctx != NULL and m.state == READY:
+            # In a tight loop a connection that was fine a moment ago is not polled again (it
+            # would cost a syscall a round); one that owes replies, or sat idle, is.
+            if (m.ctx != NULL and m.state == READY
+                    and (m.stale > 0 or m.last_round_end < idle_since)):
                 self.fds[nfds].fd = m.ctx.fd
                 self.fds[nfds].events = POLLIN
                 self.fds[nfds].revents = 0
@@ -730,13 +757,29 @@ cdef class NativeEngine:
         return argc
 
     cdef bint _append(self, Master *m, Command *cmd, int k, bint as_eval) noexcept nogil:
-        """Formats item k's command into the master's output buffer; False when out of memory."""
+        """Queues item k's command in the master's output buffer; False when out of memory.
+
+        The command is formatted once per round and the same bytes go to every master (the
+        EVAL after a NOSCRIPT, which is rare, is formatted where it is needed).
+        """
         cdef int argc
         if m.slot_tail == m.slot_cap:
             return False
-        argc = self._argv(cmd, k, as_eval)
-        if redisAppendCommandArgv(m.ctx, argc, self.argv_ptr, self.argv_len) == REDIS_ERR:
-            return False
+        if as_eval:
+            argc = self._argv(cmd, k, True)
+            if redisAppendCommandArgv(m.ctx, argc, self.argv_ptr, self.argv_len) == REDIS_ERR:
+                return False
+        else:
+            if cmd.formatted[k] == NULL:
+                argc = self._argv(cmd, k, False)
+                cmd.formatted_len[k] = redisFormatCommandArgv(
+                    &cmd.formatted[k], argc, self.argv_ptr, self.argv_len)
+                if cmd.formatted_len[k] < 0:
+                    cmd.formatted[k] = NULL
+                    return False
+            if redisAppendFormattedCommand(
+                    m.ctx, cmd.formatted[k], cmd.formatted_len[k]) == REDIS_ERR:
+                return False
         m.slots[m.slot_tail] = k
         m.slot_seq[m.slot_tail] = m.sent
         m.slot_tail += 1

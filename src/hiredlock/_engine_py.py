@@ -350,6 +350,7 @@ class PythonEngine:
         poller = select.poll()
         queues: dict[int, tuple[_Master, deque]] = {}  # fd -> (master, reply slots)
         connecting: dict[int, tuple[_Master, socket.socket]] = {}
+        last_look = False
         for master in self._masters:
             if master.connected:
                 self._send(master, commands, votes, queues, poller)
@@ -375,7 +376,13 @@ class PythonEngine:
         ):
             remaining_ns = deadline - time.monotonic_ns()
             if remaining_ns <= 0:
-                break
+                if last_look:
+                    break
+                # Past the deadline, take one more look without waiting: replies that are
+                # already here count (a client descheduled past its deadline must not call
+                # masters that answered in time dead).
+                last_look = True
+                remaining_ns = 0
             for fd, _events in poller.poll(-(-remaining_ns // 1_000_000)):
                 if fd in connecting:
                     master, sock = connecting.pop(fd)
@@ -388,6 +395,8 @@ class PythonEngine:
                     continue
                 del queues[fd]
                 poller.unregister(fd)
+            if last_look:
+                break
         end = time.monotonic_ns()
         for master, sock in connecting.values():
             # Nothing was sent on it: closing loses nothing. Past the deadline it counts as failed.
