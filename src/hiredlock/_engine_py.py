@@ -11,7 +11,6 @@ import contextlib
 import errno
 import inspect
 import os
-import select
 import socket
 import time
 from collections import deque
@@ -27,6 +26,7 @@ from redis.retry import Retry
 from . import _fork
 from ._config import MasterSpec
 from ._contract import RoundResult
+from ._poller import POLLIN, POLLOUT, new_poller
 from ._scripts import (
     MAX_STALE_REPLIES,
     RECONNECT_BACKOFF_MAX_MS,
@@ -347,7 +347,7 @@ class PythonEngine:
         deadline = t0 + int(timeout_ms * 1_000_000)
         votes = _Round(n_keys, len(self._masters), self._quorum, t0, want_values)
         self._refresh()
-        poller = select.poll()
+        poller = new_poller()
         queues: dict[int, tuple[_Master, deque]] = {}  # fd -> (master, reply slots)
         connecting: dict[int, tuple[_Master, socket.socket]] = {}
         last_look = False
@@ -370,7 +370,7 @@ class PythonEngine:
                     self._give_up(votes, master, exc, unreached=True)
                     continue
                 connecting[sock.fileno()] = (master, sock)
-                poller.register(sock, select.POLLOUT)
+                poller.register(sock, POLLOUT)
         while (queues or connecting) and (
             (connecting or self._waiting_for(queues)) if wait_all else votes.undecided
         ):
@@ -417,9 +417,9 @@ class PythonEngine:
         idle = {m.conn._sock.fileno(): m for m in self._masters if m.connected}
         if not idle:
             return
-        poller = select.poll()
+        poller = new_poller()
         for fd in idle:
-            poller.register(fd, select.POLLIN)
+            poller.register(fd, POLLIN)
         for fd, _events in poller.poll(0):
             master = idle[fd]
             try:
@@ -484,7 +484,7 @@ class PythonEngine:
         slots.extend(range(len(commands)))
         fd = conn._sock.fileno()
         queues[fd] = (master, slots)
-        poller.register(fd, select.POLLIN)
+        poller.register(fd, POLLIN)
 
     def _read(
         self,
