@@ -46,7 +46,7 @@ def test_dead_and_hung_masters_on_select(select_poller, python_redlock, masters5
     hole = BlackHole()
     try:
         masters5[0].kill()
-        rl = python_redlock(urls(masters5[1:4]) + [masters5[0].url, hole.url], master_timeout=0.05)
+        rl = python_redlock([*urls(masters5[1:4]), masters5[0].url, hole.url], master_timeout=0.05)
         lock = rl.lock(key, 5)
         start = time.monotonic()
         assert lock.acquire(blocking=False)
