@@ -36,13 +36,42 @@ test: install
 	$(PY) -m pytest -q tests
 
 lint: install
-	$(VENV)/bin/ruff check src tests examples setup.py
-	$(VENV)/bin/ruff format --check src tests examples setup.py
+	$(VENV)/bin/ruff check src tests setup.py
+	$(VENV)/bin/ruff format --check src tests setup.py
 	$(VENV)/bin/cython-lint _native
 
 # The main job: the ticket race on 5 local masters started and stopped by the demo itself.
+# "hiredlock[cli]" adds the cli extra (rich) to the package `install` just built, without a rebuild.
 demo: install
-	$(PY) examples/ticket_race.py
+	$(PY) -m pip install -q "hiredlock[cli]"
+	$(VENV)/bin/hiredlock demo
 
 clean:
 	rm -rf build dist *.egg-info src/*.egg-info src/hiredlock/*.so _native/*.c .pytest_cache
+
+# Benchmarks (bench/): the bench extra (pytest-benchmark, the peers) and matplotlib, valgrind (for
+# instruction counts; best effort), the C reference built from bench/cref.c, redlock-ng in a venv
+# of its own (it installs a package named `redlock`, as redlock-py does), then both placements;
+# writes bench/results/REPORT.md and bench.png. About 6 minutes on 2 CPUs. BENCH_ARGS go to
+# bench/run.py (e.g. BENCH_ARGS="--placements unpinned").
+.PHONY: bench
+bench: install
+	$(PY) -m pip install -q $$($(PY) bench/extras.py bench plot)
+	@command -v valgrind >/dev/null || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  { $$SUDO apt-get update -q && $$SUDO apt-get install -y -q valgrind; } >/dev/null 2>&1 \
+	  || echo "valgrind could not be installed: no instruction counts"; }
+	mkdir -p bench/build
+	cc -O2 -Wall -o bench/build/cref bench/cref.c $$(pkg-config --cflags --libs hiredis)
+	cc -O2 -Wall -shared -fPIC -DCREF_LIB -o bench/build/libcref.so bench/cref.c \
+	  $$(pkg-config --cflags --libs hiredis)
+	test -x bench/.venv-redlock-ng/bin/python || $(PYTHON) -m venv bench/.venv-redlock-ng
+	bench/.venv-redlock-ng/bin/python -m pip install -q redlock-ng \
+	  || echo "redlock-ng could not be installed: its contention row is skipped"
+	$(PY) bench/run.py $(BENCH_ARGS)
+
+# Packaging (docs/WHEELS.md): sdist, wheel built from the sdist, auditwheel repair, the test suite
+# against the installed manylinux wheel with the system libhiredis hidden, and the sdist without
+# hiredis headers. As root (mount namespaces); needs PyPI only. WHEEL_CHECK_PYTEST_ARGS selects tests.
+.PHONY: wheel-check
+wheel-check: deps
+	PYTHON=$(PYTHON) bash tools/wheel_check.sh

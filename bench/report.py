@@ -1,0 +1,609 @@
+"""Merges one `make bench` run (bench/results/*.json) into bench/results/REPORT.md and bench.png.
+
+    python bench/report.py [results_dir]
+
+Inputs: bench-<placement>.json (pytest-benchmark), extra-<placement>.json (CPU, contention),
+machine.json (bench/run.py), soak-<placement>.json (bench/test_soak.py, when it was run).
+Every latency row's median is per round; divided by the round's cycles it is the median time of
+one acquire+release cycle, and "cycles/s" is its inverse. Ratios are throughput ratios in the
+same placement and N: "vs native" = row cycles/s / native cycles/s, "vs C" = row / C reference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, BENCH_DIR)
+
+from libs import LABELS, LIBS  # noqa: E402
+
+PLACEMENTS = ("pinned", "unpinned")
+PLACEMENT_TEXT = {
+    "pinned": "pinned: client and redis-servers on CPU 0 (`taskset -c 0`)",
+    "unpinned": "unpinned: default scheduling over every CPU",
+}
+ORDER = list(LIBS)
+TIMES = "\u00d7"  # the multiplication sign of ratios
+NONE = "\u2013"  # an en dash: not measured
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+class Results:
+    def __init__(self, results_dir: str):
+        self.dir = results_dir
+        self.machine = load(os.path.join(results_dir, "machine.json")) or {}
+        self.latency: dict[tuple, dict] = {}
+        self.extra: list[dict] = []
+        self.meta: dict[str, dict] = {}
+        self.soak: dict[str, dict] = {}
+        for placement in PLACEMENTS:
+            bench = load(os.path.join(results_dir, f"bench-{placement}.json"))
+            for b in (bench or {}).get("benchmarks", []):
+                ei = b["extra_info"]
+                stats = b["stats"]
+                cycles = ei["cycles_per_round"]
+                row = {
+                    **ei,
+                    "name": b["name"],
+                    "s_per_cycle": stats["median"] / cycles,
+                    "iqr_rel": stats["iqr"] / stats["median"] if stats["median"] else 0.0,
+                    "rounds": stats["rounds"],
+                }
+                row["per_s"] = 1.0 / row["s_per_cycle"]
+                self.latency[self.key(ei)] = row
+            extra = load(os.path.join(results_dir, f"extra-{placement}.json"))
+            if extra:
+                self.extra.extend(extra["rows"])
+                self.meta[placement] = extra["meta"]
+            soak = load(os.path.join(results_dir, f"soak-{placement}.json"))
+            if soak:
+                self.soak[placement] = soak
+
+    @staticmethod
+    def key(ei: dict) -> tuple:
+        return (ei["kind"], ei["lib"], ei["n"], ei["placement"], ei.get("threads"))
+
+    def get(self, kind, lib, n, placement, threads=None):
+        return self.latency.get((kind, lib, n, placement, threads))
+
+    def cycle(self, lib, n, placement):
+        return self.get("cycle", lib, n, placement)
+
+    def cpu(self, lib, n, placement):
+        for row in self.extra:
+            if (row["kind"], row["lib"], row["n"], row["placement"]) == ("cpu", lib, n, placement):
+                return row
+        return None
+
+    def contended(self):
+        return [row for row in self.extra if row["kind"] == "contended"]
+
+
+def fmt_us(seconds) -> str:
+    us = seconds * 1e6
+    return f"{us:,.1f}" if us < 1000 else f"{us:,.0f}"
+
+
+def fmt_rate(per_s) -> str:
+    return f"{per_s:,.0f}"
+
+
+def fmt_ratio(x) -> str:
+    if x is None:
+        return NONE
+    return f"{x:.2f}{TIMES}" if x < 10 else f"{x:.1f}{TIMES}"
+
+
+def ratio(a, b):
+    if a is None or b is None or not b:
+        return None
+    return a / b
+
+
+# -- sections -------------------------------------------------------------------------------------
+
+
+def header(r: Results) -> list[str]:
+    m = r.machine
+    v = m.get("versions", {})
+    lines = [
+        "# hiredlock benchmarks",
+        "",
+        f"Run of {m.get('date', '?')} on {m.get('cpu', '?')}, nproc {m.get('nproc', '?')}, "
+        f"{m.get('mem_gib', '?')} GiB, Linux {m.get('kernel', '?')}, "
+        f"Python {m.get('python', '?')}; "
+        f"{v.get('redis-server', 'redis-server ?')}; libhiredis {v.get('libhiredis', '?')}; "
+        f"hiredlock {v.get('hiredlock', '?')} at {m.get('commit', '?')}.",
+        "",
+        "Peers: "
+        + ", ".join(
+            f"{name} {v.get(name) or 'not installed'}"
+            for name in ("pottery", "redlock-py", "python-redis-lock", "redlock-ng")
+        )
+        + f"; redis-py {v.get('redis', '?')} (pure-Python parser: the `hiredis` package is not "
+        f"installed); pytest-benchmark {v.get('pytest-benchmark', '?')}.",
+        "",
+        "| placement | CPUs | load average (1/5/15 min) at start | at end | duration |",
+        "|---|---|---|---|---|",
+    ]
+    for placement, run in m.get("runs", {}).items():
+        start = "/".join(f"{x:.2f}" for x in run["loadavg_start"])
+        end = "/".join(f"{x:.2f}" for x in run["loadavg_end"])
+        status = "" if run.get("rc", 0) == 0 else f" (pytest exit {run['rc']})"
+        lines.append(
+            f"| {placement} | {run['cpus']} | {start} | {end} | {run['seconds']} s{status} |"
+        )
+    lines += [
+        "",
+        "Every row of one placement ran against the same five redis-servers (started like the "
+        "tests', on loopback, without persistence); N=1 and N=3 use the first one or three. A "
+        "cycle is a non-blocking acquire (it must succeed) and a release of one name with a 10 s "
+        "ttl, timed in rounds of about 2 ms (20 ms for threads); medians are over the rounds. "
+        "The C reference "
+        "(bench/cref.c) does the same round trips with libhiredis and nothing else: a fresh "
+        "20-byte token from getrandom(), `SET key token NX PX ttl` written to all N masters "
+        "before any reply is read, then the release `EVALSHA` to all N.",
+        "",
+    ]
+    return lines
+
+
+def cycle_tables(r: Results) -> list[str]:
+    placements = [p for p in PLACEMENTS if any(k[0] == "cycle" and k[3] == p for k in r.latency)]
+    if not placements:
+        return []
+    head = "| row | N |"
+    rule = "|---|---:|"
+    for placement in placements:
+        head += f" {placement}: median µs | ops/s | vs native | vs C |"
+        rule += "---:|---:|---:|---:|"
+    lines = ["## One acquire+release cycle", "", head, rule]
+    for n in (1, 3, 5):
+        for lib in ORDER:
+            if not any(r.cycle(lib, n, p) for p in placements):
+                continue
+            name = f"**{LABELS[lib]}**" if lib == "native" else LABELS[lib]
+            line = f"| {name} | {n} |"
+            for placement in placements:
+                row = r.cycle(lib, n, placement)
+                if row is None:
+                    line += f" {NONE} | {NONE} | {NONE} | {NONE} |"
+                    continue
+                native = r.cycle("native", n, placement)
+                cref = r.cycle("cref", n, placement)
+                line += (
+                    f" {fmt_us(row['s_per_cycle'])} ±{row['iqr_rel'] * 50:.0f}% "
+                    f"| {fmt_rate(row['per_s'])} "
+                    f"| {fmt_ratio(ratio(row['per_s'], native and native['per_s']))} "
+                    f"| {fmt_ratio(ratio(row['per_s'], cref and cref['per_s']))} |"
+                )
+            lines.append(line)
+    lines += [
+        "",
+        "Median time of one cycle (± half the interquartile range of the rounds, relative to "
+        "the median); one op is one acquire+release cycle, ops/s = 1 / median; vs native and "
+        "vs C: throughput relative to hiredlock native and to the C reference in the same "
+        "placement and N.",
+        "",
+    ]
+    return lines
+
+
+def batch_threads(r: Results) -> list[str]:
+    lines = [
+        "## Batch of 100 names and threads (N=5)",
+        "",
+        "| row | placement | median per call | cycles/s | vs native | vs 1 thread |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for placement in PLACEMENTS:
+        native = r.get("batch", "native", 5, placement)
+        for lib in ("native", "python"):
+            row = r.get("batch", lib, 5, placement)
+            if row is None:
+                continue
+            per_call = row["s_per_cycle"] * 100
+            lines.append(
+                f"| {LABELS[lib]}, acquire_many + release_many of 100 | {placement} "
+                f"| {per_call * 1e3:.2f} ms / 100 | {fmt_rate(row['per_s'])} "
+                f"| {fmt_ratio(ratio(row['per_s'], native and native['per_s']))} | |"
+            )
+    for placement in PLACEMENTS:
+        for lib in ("native", "python"):
+            one = r.get("threads", lib, 5, placement, 1)
+            for threads in (1, 4):
+                row = r.get("threads", lib, 5, placement, threads)
+                if row is None:
+                    continue
+                native = r.get("threads", "native", 5, placement, threads)
+                lines.append(
+                    f"| {LABELS[lib]}, {threads} thread{'s' if threads > 1 else ''}, own names "
+                    f"| {placement} | {fmt_us(row['s_per_cycle'] * threads)} µs / cycle / thread "
+                    f"| {fmt_rate(row['per_s'])} "
+                    f"| {fmt_ratio(ratio(row['per_s'], native and native['per_s']))} "
+                    f"| {fmt_ratio(ratio(row['per_s'], one and one['per_s']))} |"
+                )
+    lines += ["", "Threads: cycles/s is the aggregate of all threads.", ""]
+    return lines
+
+
+def cpu_table(r: Results) -> list[str]:
+    rows = [row for row in r.extra if row["kind"] == "cpu"]
+    if not rows:
+        return []
+    lines = [
+        "## Client CPU per cycle",
+        "",
+        "User + system CPU time of the client process (getrusage) over a fixed number of cycles "
+        "(10,000 for hiredlock and the C reference, 1,000 for the peers), median of 3; the "
+        "servers' CPU is not in it. Wall time per cycle of the same loop beside it.",
+        "",
+        "| row | N | CPU µs/cycle pinned | vs C | wall µs "
+        "| CPU µs/cycle unpinned | vs C | wall µs |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n in (1, 5):
+        for lib in ORDER:
+            cells = []
+            for placement in PLACEMENTS:
+                row = r.cpu(lib, n, placement)
+                cref = r.cpu("cref", n, placement)
+                if row is None:
+                    cells.append(f"{NONE} | {NONE} | {NONE}")
+                    continue
+                vs_c = ratio(row["cpu_s_per_cycle"], cref and cref["cpu_s_per_cycle"])
+                cells.append(
+                    f"{fmt_us(row['cpu_s_per_cycle'])} | {fmt_ratio(vs_c)} "
+                    f"| {fmt_us(row['wall_s_per_cycle'])}"
+                )
+            if all(c.startswith(NONE) for c in cells):
+                continue
+            name = f"**{LABELS[lib]}**" if lib == "native" else LABELS[lib]
+            lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
+    lines += ["", 'Here "vs C" is a cost ratio: CPU per cycle / the C reference\'s.', ""]
+    return lines
+
+
+def instructions_table(r: Results) -> list[str]:
+    rows = [row for row in r.extra if row["kind"] == "instructions"]
+    if not rows:
+        return [
+            "## Instructions per cycle",
+            "",
+            "Not measured in this run (valgrind missing, or the unpinned run was not made).",
+            "",
+        ]
+    parts = ("interpreter", "native engine", "libhiredis", "libc", "other")
+    lines = [
+        "## Instructions per cycle (callgrind)",
+        "",
+        f"User-space instructions of the client per acquire+release cycle ({rows[0]['cycles']:,} "
+        "cycles counted after an uncounted warm-up; valgrind's callgrind, so exact and "
+        "unaffected by the machine's load; the kernel's side of the syscalls is not in it), "
+        "split by the object they ran in.",
+        "",
+        "| row | N | instructions/cycle | vs C | " + " | ".join(parts) + " |",
+        "|---|---:|---:|---:|" + "---:|" * len(parts),
+    ]
+    for n in (1, 5):
+        cref = next((x for x in rows if x["lib"] == "cref" and x["n"] == n), None)
+        for lib in ORDER:
+            row = next((x for x in rows if x["lib"] == lib and x["n"] == n), None)
+            if row is None:
+                continue
+            vs_c = ratio(row["per_cycle"], cref and cref["per_cycle"])
+            split = " | ".join(f"{row['split'].get(p, 0):,.0f}" for p in parts)
+            name = f"**{LABELS[lib]}**" if lib == "native" else LABELS[lib]
+            lines.append(
+                f"| {name} | {n} | {row['per_cycle']:,.0f} | {fmt_ratio(vs_c)} | {split} |"
+            )
+    lines += [
+        "",
+        "interpreter: libpython (the API layer, redis-py and the peers' Python code); native "
+        "engine: hiredlock's Cython module; other: the C reference's own code, libffi, the rest.",
+        "",
+    ]
+    return lines
+
+
+def contended_table(r: Results) -> list[str]:
+    rows = r.contended()
+    if not rows:
+        return []
+    seconds = rows[0]["seconds"]
+    lines = [
+        f"## Contention: {rows[0]['processes']} processes, one name, N={rows[0]['n']}, "
+        f"{seconds:g} s ({rows[0]['placement']})",
+        "",
+        "Each process loops a blocking acquire with its library's own retry policy (hiredlock "
+        "and redlock-ng sleep 0.1 to 0.3 s between tries, pottery 0 to 0.2 s) and an immediate "
+        "release.",
+        "",
+        "| library | acquisitions/s | per process | smallest / largest share | CV "
+        "| CPU s per process |",
+        "|---|---:|---|---:|---:|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {LABELS.get(row['lib'], row['lib'])} | {row['per_s']:,.0f} "
+            f"| {', '.join(str(c) for c in row['counts'])} "
+            f"| {row['min_share'] * 100:.0f}% / {row['max_share'] * 100:.0f}% | {row['cv']:.2f} "
+            f"| {', '.join(f'{c:.1f}' for c in row['cpu_s'])} |"
+        )
+    for row in rows:
+        errors: dict[str, int] = {}
+        for per_process in row.get("errors", []):
+            for what, count in per_process.items():
+                errors[what] = errors.get(what, 0) + count
+        if errors:
+            text = ", ".join(f"{count} {what}" for what, count in sorted(errors.items()))
+            lines.append("")
+            lines.append(f"{LABELS.get(row['lib'], row['lib'])}: exceptions counted: {text}.")
+    if not any(row["lib"] == "redlock-ng" for row in rows):
+        lines.append("")
+        lines.append("redlock-ng: not measured (its venv bench/.venv-redlock-ng is missing).")
+    lines.append("")
+    return lines
+
+
+def failures_note(r: Results) -> list[str]:
+    failed = [row for row in r.latency.values() if row.get("failures")]
+    failed += [row for row in r.extra if row.get("failures")]
+    if not failed:
+        return ["No cycle failed in any row.", ""]
+    lines = [
+        "Failed cycles (counted and kept in the timing; a hiredlock round that passes its "
+        "master_timeout, 50 ms here, on a busy machine records TIMEOUT votes):",
+        "",
+    ]
+    for row in failed:
+        what = row.get("name") or f"cpu N={row['n']} {row['lib']}"
+        lines.append(f"- {row['placement']} {what}: {row['failures']}")
+        for sample in row.get("failure_sample", [])[:1]:
+            lines.append(f"  (e.g. {sample[:300]})")
+    lines.append("")
+    return lines
+
+
+def soak_section(r: Results) -> list[str]:
+    if not r.soak:
+        return [
+            "## Soak",
+            "",
+            "Not part of this run: `python -m pytest bench/test_soak.py -m soak` (1,000,000 "
+            "native cycles on N=5: RSS growth < 2 MB, no fd or connection leak).",
+            "",
+        ]
+    lines = ["## Soak (bench/test_soak.py)", ""]
+    for placement, s in r.soak.items():
+        lines.append(
+            f"- {placement}, run of {s.get('date', '?')}: {s['cycles']:,} native cycles on "
+            f"N={s['n']} in {s['seconds']:.0f} s "
+            f"({s['us_per_cycle']:.1f} µs each); RSS {s['rss_start'] / 2**20:.2f} → "
+            f"{s['rss_end'] / 2**20:.2f} MiB (growth {s['rss_growth'] / 1024:.0f} KiB, limit "
+            f"2048 KiB); fds {s['fds_start']} → {s['fds_end']}; server connections "
+            f"{sum(s['server_clients_start'])} → {sum(s['server_clients_end'])}."
+        )
+    lines.append("")
+    return lines
+
+
+# -- targets --------------------------------------------------------------------------------------
+
+
+def targets(r: Results) -> list[str]:
+    checks: list[tuple[str, str, bool | None]] = []
+
+    def check(text, value, ok, figure):
+        checks.append((text, figure if value is not None else "not measured", ok))
+
+    def per_s(lib, n, placement):
+        row = r.cycle(lib, n, placement)
+        return row and row["per_s"]
+
+    for n in (1, 5):
+        for placement in PLACEMENTS:
+            x = ratio(per_s("native", n, placement), per_s("cref", n, placement))
+            check(
+                f"single cycle, native vs C reference, N={n}, {placement}: ≥ 0.95{TIMES}",
+                x,
+                x is not None and x >= 0.95,
+                f"{x:.2f}{TIMES}" if x else "",
+            )
+    for placement, peer, want in (
+        ("unpinned", "redlock-py", 3),
+        ("unpinned", "pottery", 10),
+        ("pinned", "redlock-py", 1.6),
+        ("pinned", "pottery", 6),
+    ):
+        x = ratio(per_s("native", 5, placement), per_s(peer, 5, placement))
+        check(
+            f"N=5 {placement}, native vs {peer}: ≥ {want}{TIMES}",
+            x,
+            x is not None and x >= want,
+            f"{x:.1f}{TIMES}" if x else "",
+        )
+    x = ratio(per_s("native", 1, "pinned"), per_s("redis-py", 1, "pinned"))
+    check(
+        f"N=1 pinned, native vs redis-py's Lock: ≥ 1.8{TIMES}",
+        x,
+        x is not None and x >= 1.8,
+        f"{x:.2f}{TIMES}" if x else "",
+    )
+    for n in (1, 5):
+        for placement in PLACEMENTS:
+            native, cref = r.cpu("native", n, placement), r.cpu("cref", n, placement)
+            python = r.cpu("python", n, placement)
+            x = ratio(native and native["cpu_s_per_cycle"], cref and cref["cpu_s_per_cycle"])
+            py = ratio(python and python["cpu_s_per_cycle"], cref and cref["cpu_s_per_cycle"])
+            check(
+                f"client CPU per cycle, N={n}, {placement}: native ≤ 1.3{TIMES} the C reference",
+                x,
+                x is not None and x <= 1.3,
+                f"{x:.2f}{TIMES} ({native['cpu_s_per_cycle'] * 1e6:.1f} vs "
+                f"{cref['cpu_s_per_cycle'] * 1e6:.1f} µs; python engine {py:.2f}{TIMES})"
+                if x
+                else "",
+            )
+    for n in (1, 5):
+        rows = {x["lib"]: x for x in r.extra if x["kind"] == "instructions" and x["n"] == n}
+        if "native" in rows and "cref" in rows:
+            x = rows["native"]["per_cycle"] / rows["cref"]["per_cycle"]
+            py = rows.get("python")
+            checks.append(
+                (
+                    f"(the same in user-space instructions, N={n}: native "
+                    f"≤ 1.3{TIMES} the C reference)",
+                    f"{x:.2f}{TIMES} ({rows['native']['per_cycle']:,.0f} vs "
+                    f"{rows['cref']['per_cycle']:,.0f}"
+                    + (
+                        f"; python engine {py['per_cycle'] / rows['cref']['per_cycle']:.1f}{TIMES}"
+                        if py
+                        else ""
+                    )
+                    + ")",
+                    x <= 1.3,
+                )
+            )
+    for placement in PLACEMENTS:
+        native = r.get("batch", "native", 5, placement)
+        python = r.get("batch", "python", 5, placement)
+        if native:
+            check(
+                f"batch of 100 on N=5, native, {placement}: ≥ 20,000 cycles/s",
+                native["per_s"],
+                native["per_s"] >= 20000,
+                f"{native['per_s']:,.0f}/s",
+            )
+        x = ratio(native and native["per_s"], python and python["per_s"])
+        check(
+            f"batch of 100 on N=5, {placement}: native ≥ 4{TIMES} python",
+            x,
+            x is not None and x >= 4,
+            f"{x:.2f}{TIMES}" if x else "",
+        )
+    one = r.get("threads", "native", 5, "unpinned", 1)
+    four = r.get("threads", "native", 5, "unpinned", 4)
+    x = ratio(four and four["per_s"], one and one["per_s"])
+    check(
+        f"4 threads, native, N=5, unpinned: aggregate ≥ 1.5{TIMES} one thread",
+        x,
+        x is not None and x >= 1.5,
+        f"{x:.2f}{TIMES} ({four['per_s']:,.0f} vs {one['per_s']:,.0f}/s)" if x else "",
+    )
+    for placement, s in r.soak.items():
+        ok = s["rss_growth"] < 2 * 2**20 and s["fds_end"] == s["fds_start"]
+        check(
+            f"soak, 1M native cycles ({placement}): RSS < 2 MB growth, no fd leak",
+            1,
+            ok,
+            f"{s['rss_growth'] / 1024:.0f} KiB, fds {s['fds_start']} → {s['fds_end']}",
+        )
+
+    lines = [
+        "## Targets (measured in this run; reported, not asserted)",
+        "",
+        "| target | measured | |",
+        "|---|---|---|",
+    ]
+    for text, figure, ok in checks:
+        mark = "met" if ok else ("**missed**" if figure != "not measured" else NONE)
+        lines.append(f"| {text} | {figure} | {mark} |")
+    lines.append("")
+    return lines
+
+
+# -- chart ----------------------------------------------------------------------------------------
+
+
+def chart(r: Results, path: str) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    placements = [p for p in PLACEMENTS if any(k[3] == p and k[0] == "cycle" for k in r.latency)]
+    if not placements:
+        return None
+    colors = {
+        "native": "#c0392b",
+        "python": "#e59866",
+        "cref": "#555555",
+        "pottery": "#2e86c1",
+        "redlock-py": "#48c9b0",
+        "redis-py": "#8e44ad",
+        "python-redis-lock": "#b7950b",
+    }
+    fig, axes = plt.subplots(1, len(placements), figsize=(6.5 * len(placements), 4.6), sharey=False)
+    if len(placements) == 1:
+        axes = [axes]
+    width = 0.12
+    for ax, placement in zip(axes, placements):
+        for j, lib in enumerate(ORDER):
+            xs, ys = [], []
+            for i, n in enumerate((1, 3, 5)):
+                row = r.cycle(lib, n, placement)
+                if row:
+                    xs.append(i + (j - 3) * width)
+                    ys.append(row["per_s"] / 1000)
+            if xs:
+                ax.bar(xs, ys, width, label=LABELS[lib], color=colors[lib])
+                for x, y in zip(xs, ys):
+                    ax.text(x, y, f"{y:.1f}", ha="center", va="bottom", fontsize=6, rotation=90)
+        ax.set_xticks(range(3))
+        ax.set_xticklabels(["N=1", "N=3", "N=5"])
+        ax.set_ylabel("acquire+release cycles/s (thousands)")
+        ax.set_title(PLACEMENT_TEXT[placement].split(" (")[0], fontsize=10)
+        ax.margins(y=0.15)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=7, loc="upper right")
+    m = r.machine
+    fig.suptitle(
+        f"hiredlock: one lock cycle on N local redis-servers ({m.get('cpu', '')}, "
+        f"nproc {m.get('nproc', '?')})",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main(results_dir: str | None = None) -> str:
+    results_dir = results_dir or os.path.join(BENCH_DIR, "results")
+    r = Results(results_dir)
+    png = chart(r, os.path.join(results_dir, "bench.png"))
+    lines = header(r)
+    if png:
+        lines += ["![cycles per second](bench.png)", ""]
+    else:
+        lines += ["(No chart: matplotlib is not installed; `pip install hiredlock[plot]`.)", ""]
+    lines += targets(r)
+    lines += cycle_tables(r)
+    lines += batch_threads(r)
+    lines += cpu_table(r)
+    lines += instructions_table(r)
+    lines += contended_table(r)
+    lines += failures_note(r)
+    lines += soak_section(r)
+    path = os.path.join(results_dir, "REPORT.md")
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+    print(f"wrote {path}" + (f" and {png}" if png else ""))
+    return path
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else None)

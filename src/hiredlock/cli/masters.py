@@ -1,0 +1,60 @@
+"""Where the masters come from: --masters URL[,URL...] (repeatable), else HIREDLOCK_MASTERS."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any, Optional
+
+from .exits import USAGE, CliError
+
+ENV_VAR = "HIREDLOCK_MASTERS"
+
+
+def master_urls(option_values: Optional[Sequence[str]]) -> tuple[list[str], str]:
+    """The master URLs and where they came from ("--masters" or "HIREDLOCK_MASTERS")."""
+    if option_values:
+        source, chunks = "--masters", list(option_values)
+    else:
+        value = os.environ.get(ENV_VAR, "").strip()
+        if not value:
+            raise CliError(
+                f"no masters: give --masters URL[,URL...] or set {ENV_VAR} "
+                "(`hiredlock servers` starts local ones)",
+                USAGE,
+            )
+        source, chunks = ENV_VAR, [value]
+    urls = []
+    for chunk in chunks:
+        for url in chunk.split(","):
+            url = url.strip()
+            if not url:
+                raise CliError(f"{source}: empty URL in {chunk!r} (URLs are comma-separated)")
+            urls.append(url)
+    return urls, source
+
+
+def open_redlock(urls: Sequence[str], source: str, **options: Any):
+    """A Redlock on `urls`; a bad URL or option is a usage error naming where it came from."""
+    from hiredlock import EngineUnavailable, Redlock
+
+    try:
+        return Redlock(list(urls), **options)
+    except EngineUnavailable as exc:
+        raise CliError(str(exc), USAGE) from None
+    except (ValueError, TypeError) as exc:
+        raise CliError(f"{source}: {exc}", USAGE) from None
+
+
+def failed_votes(votes: Sequence[Any]) -> str:
+    """A short account of a round's failed masters: how many, and the first one's reason."""
+    from hiredlock import Outcome
+
+    failed = [vote for vote in votes if vote.outcome not in (Outcome.OK, Outcome.TAKEN)]
+    failed = [vote for vote in failed if vote.outcome != Outcome.SKIPPED] or failed
+    if not failed:
+        return "no master answered in time"
+    first = failed[0]
+    reason = f"{first.outcome.name.lower()}" + (f": {first.detail}" if first.detail else "")
+    more = f"; {len(failed) - 1} more" if len(failed) > 1 else ""
+    return f"{len(failed)} of {len(votes)} masters failed ({first.master}: {reason}{more})"
