@@ -28,8 +28,8 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def command(options: argparse.Namespace) -> int:
-    if options.masters:
-        master_urls(options.masters)  # a bad URL is a usage error, whether rich is here or not
+    if options.masters:  # a bad URL is a usage error, whether rich is here or not (no I/O)
+        open_redlock(*master_urls(options.masters)).close()
     try:
         from rich.console import Console
     except ImportError:
