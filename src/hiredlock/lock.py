@@ -35,7 +35,32 @@ def new_token() -> bytes:
 _log = logging.getLogger("hiredlock")
 
 
-class Lock:
+class WithStatement:
+    """`with lock:` for Lock and RLock: acquire within the lock's blocking_timeout or raise
+    LockNotAcquired (the body never runs unlocked); release on exit. When the body raised, its
+    exception wins and a failed release is only logged beside it."""
+
+    __slots__ = ()
+    _blocking_timeout: Optional[float]
+    _last_votes: tuple
+    _name: str | bytes
+
+    def __enter__(self: Any) -> Any:
+        if not self.acquire(timeout=self._blocking_timeout):
+            raise LockNotAcquired(f"lock {self._name!r} was not acquired", self._last_votes)
+        return self
+
+    def __exit__(self: Any, exc_type: Any, exc: Any, traceback: Any) -> None:
+        if exc_type is None:
+            self.release()
+            return
+        try:
+            self.release()
+        except HiredlockError as release_error:
+            _log.warning("releasing %r after an exception failed: %s", self._name, release_error)
+
+
+class Lock(WithStatement):
     """A Redlock lock on one name. Made by Redlock.lock(); one thread at a time uses it.
 
     The watchdog (auto_renew) and the owner may touch it concurrently; a private mutex orders them,
@@ -435,22 +460,6 @@ class Lock:
             self._notify_lost()
             return None
         return now + self._renew_interval_ns()
-
-    # -- context manager -------------------------------------------------------------------------
-
-    def __enter__(self) -> Lock:
-        if not self.acquire(timeout=self._blocking_timeout):
-            raise LockNotAcquired(f"lock {self._name!r} was not acquired", self._last_votes)
-        return self
-
-    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
-        if exc_type is None:
-            self.release()
-            return
-        try:  # the body's exception wins; a failed release is only logged beside it
-            self.release()
-        except HiredlockError as release_error:
-            _log.warning("releasing %r after an exception failed: %s", self._name, release_error)
 
     def __repr__(self) -> str:
         state = "held" if self.held else ("lost" if self._lost else "unlocked")

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
 from . import _config
 from ._config import Duration
-from ._errors import HiredlockError, LockNotAcquired, NotHeld
-from .lock import Lock
+from ._errors import NotHeld
+from .lock import Lock, WithStatement
 
 if TYPE_CHECKING:
     from .redlock import Redlock
 
-_log = logging.getLogger("hiredlock")
 
-
-class RLock:
+class RLock(WithStatement):
     """Like threading.RLock, across machines. Made by Redlock.rlock(); shared by threads.
 
     Inside one process, a thread that does not own it waits on a local gate first (no network
@@ -102,20 +99,6 @@ class RLock:
         if self._owner != threading.get_ident() or self._lock is None:
             raise NotHeld(f"lock {self._name!r} is not held by this thread")
         self._lock.extend(ttl)
-
-    def __enter__(self) -> RLock:
-        if not self.acquire(timeout=self._blocking_timeout):
-            raise LockNotAcquired(f"lock {self._name!r} was not acquired", self._last_votes)
-        return self
-
-    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
-        if exc_type is None:
-            self.release()
-            return
-        try:  # the body's exception wins, as with Lock
-            self.release()
-        except HiredlockError as release_error:
-            _log.warning("releasing %r after an exception failed: %s", self._name, release_error)
 
     def __repr__(self) -> str:
         return f"<hiredlock.RLock {self._name!r} count={self._count}>"
