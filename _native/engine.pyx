@@ -615,11 +615,12 @@ cdef class NativeEngine:
         for i in range(self.n):
             m = &self.masters[i]
             # In a tight loop a connection that was fine a moment ago is not polled again (it
-            # would cost a syscall a round); one that owes replies, or sat idle, is.
-            if (m.ctx != NULL and m.state == READY
-                    and (m.stale > 0 or m.last_round_end < idle_since)):
+            # would cost a syscall a round); one that owes replies, sat idle, or is still
+            # connecting since an earlier round, is.
+            if m.ctx != NULL and (m.state == CONNECTING or m.stale > 0
+                                  or m.last_round_end < idle_since):
                 self.fds[nfds].fd = m.ctx.fd
-                self.fds[nfds].events = POLLIN
+                self.fds[nfds].events = POLLOUT if m.state == CONNECTING else POLLIN
                 self.fds[nfds].revents = 0
                 self.fd_master[nfds] = i
                 nfds += 1
@@ -629,6 +630,17 @@ cdef class NativeEngine:
             if not self.fds[k].revents:
                 continue
             m = &self.masters[self.fd_master[k]]
+            if m.state == CONNECTING:
+                # A connect that completed after its round: confirm it now, or, if the server
+                # went away meanwhile (a restart), start afresh in this round. Nothing was queued.
+                if (self.fds[k].revents & (POLLERR | POLLHUP | POLLNVAL)
+                        or hl_socket_error(m.ctx.fd)):
+                    drop(m)
+                else:
+                    m.state = READY
+                    m.backoff_ms = 0
+                    self._handshake(m)
+                continue
             broken = redisBufferRead(m.ctx) == REDIS_ERR
             while not broken:
                 if redisReaderGetReply(m.ctx.reader, &raw) == REDIS_ERR:

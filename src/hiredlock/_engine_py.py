@@ -546,7 +546,8 @@ class PythonEngine:
             (fallback[slot] if fallback is not None else None) if isinstance(slot, int) else slot
             for slot in slots
         )
-        master.lagging = timed_out
+        if timed_out:  # an early-decided round leaves the flag as it was (as the native engine)
+            master.lagging = True
 
     def _give_up(
         self, votes: _Round, master: _Master, exc: BaseException, unreached: bool = False
