@@ -20,7 +20,7 @@ from typing import Any, Optional
 import redis
 from redis.backoff import NoBackoff
 from redis.connection import AbstractConnection, Connection, UnixDomainSocketConnection
-from redis.exceptions import AuthenticationError, NoScriptError, ResponseError
+from redis.exceptions import AuthenticationError, BusyLoadingError, NoScriptError, ResponseError
 from redis.retry import Retry
 
 from . import _fork
@@ -45,7 +45,9 @@ PENDING = 255
 # A reply owed to an earlier, abandoned round is read and dropped; if it was a script's and says
 # NOSCRIPT, its EVAL is sent then (the stale entry holds that command, else None), so a master
 # that answered late still runs the release or extend it was sent.
-_REPLY_ERRORS = (ResponseError, AuthenticationError)  # redis-py's NOAUTH is a ConnectionError
+# Error replies. redis-py makes NOAUTH/WRONGPASS and LOADING ConnectionErrors, but they are answers
+# on a sound connection: a failed vote with the server's text, as in the native engine.
+_REPLY_ERRORS = (ResponseError, AuthenticationError, BusyLoadingError)
 
 _KIND_SET = 0
 _KIND_SCRIPT = 1
@@ -62,11 +64,17 @@ except ImportError:  # older redis-py layouts: the message then keeps whatever r
     pass
 
 
-def _error_text(exc: ResponseError) -> str:
+def _error_text(exc: BaseException) -> str:
     text = str(exc)
     code = _ERROR_CODES.get(type(exc))
     if isinstance(exc, AuthenticationError):
         code = "NOAUTH" if "required" in text.lower() else "WRONGPASS"
+    if code is None and type(exc) is ResponseError:
+        # Codes redis-py does not know stay in the text; it strips a generic "ERR", whose
+        # messages start with a word that is not all capitals.
+        first = text.split(" ", 1)[0]
+        if not (first.isalpha() and first.isupper()):
+            code = "ERR"
     if code and not text.startswith(code):
         return f"{code} {text}"
     return text
