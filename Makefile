@@ -75,3 +75,16 @@ bench: install
 .PHONY: wheel-check
 wheel-check: deps
 	PYTHON=$(PYTHON) bash tools/wheel_check.sh
+
+# Tier-2 fault-injection soak (tests/test_fault_soak.py, marker `soak`; skipped by `make test`):
+# 10,000 contended acquisitions under a nemesis, then the same with the masters in a network
+# namespace (root only: nftables is installed when missing; elsewhere that test is skipped with
+# the reason). About 5 to 15 minutes. SOAK_ARGS go to pytest (e.g. SOAK_ARGS="-k nemesis");
+# SOAK_CALLS / SOAK_NETNS_CALLS change the counts; failures dump to $$TMPDIR/hiredlock-fault-dumps.
+.PHONY: soak
+soak: install
+	@if [ "$$(id -u)" = 0 ] && ! command -v nft >/dev/null; then \
+	  { apt-get update -q && apt-get install -y -q nftables; } >/dev/null 2>&1 \
+	  || echo "nftables could not be installed: the network-namespace soak will be skipped"; \
+	fi
+	HIREDLOCK_SOAK=1 $(PY) -m pytest -q -rA -m soak tests $(SOAK_ARGS)

@@ -1,0 +1,105 @@
+"""pytest plugin of the fault tests: fixtures, the `soak` marker, the scenario summary.
+
+Loaded by every tests/test_fault_*.py with `pytest_plugins = ["faults.plugin"]`, so it works when
+one file is run alone too.  A module that sets `FAULT_TIER = 2` has all its tests marked `soak`;
+soak tests run only when asked for (`-m soak`, or HIREDLOCK_SOAK=1: what `make soak` does) and
+are skipped, with the reason, in the default run.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from servers import RedisServer
+
+from .masters import FaultyMasters
+from .scenario import SUMMARIES, Lab, dump_dir
+from .worker import WorkerPool
+
+SOAK_HELP = "soak: tier-2 fault-injection soak test (make soak; about 15 minutes)"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", SOAK_HELP)
+
+
+def soak_requested(config) -> bool:
+    if os.environ.get("HIREDLOCK_SOAK", "").strip() in {"1", "true", "yes"}:
+        return True
+    expr = config.getoption("markexpr", "") or ""
+    return "soak" in expr and "not soak" not in expr
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    run_soak = soak_requested(config)
+    for item in items:
+        module = getattr(item, "module", None)
+        if getattr(module, "FAULT_TIER", 1) == 2:
+            item.add_marker("soak")
+            if not run_soak:
+                item.add_marker(pytest.mark.skip(reason="tier-2 soak: run it with `make soak`"))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not SUMMARIES:
+        return
+    terminalreporter.section("fault-injection scenarios")
+    for line in SUMMARIES:
+        terminalreporter.write_line(line)
+    path = os.path.join(dump_dir(), f"summaries-{os.getpid()}.txt")
+    with open(path, "w") as f:
+        f.write("\n".join(SUMMARIES) + "\n")
+    terminalreporter.write_line(f"(also in {path})")
+
+
+# -- fixtures ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def fault_masters(redis_server_bin):
+    """Five masters with fault methods, each behind a fault-proxy listener (session-wide)."""
+    m = FaultyMasters(5)
+    yield m
+    m.cleanup()
+
+
+@pytest.fixture(scope="session")
+def judge_server(redis_server_bin):
+    """The judge: a redis-server that no fault ever touches."""
+    srv = RedisServer()
+    yield srv
+    srv.cleanup()
+
+
+@pytest.fixture(scope="session")
+def _worker_pool():
+    holder = {"pool": None}
+    yield holder
+    if holder["pool"] is not None:
+        holder["pool"].close()
+
+
+@pytest.fixture
+def worker_pool(_worker_pool):
+    """Four client processes (made once, revived if a test killed or stopped one)."""
+    pool = _worker_pool["pool"]
+    if pool is not None and not pool.healthy():
+        pool.close()
+        pool = None
+    if pool is None:
+        pool = _worker_pool["pool"] = WorkerPool(4)
+    yield pool
+    if not pool.healthy():
+        pool.close()
+        _worker_pool["pool"] = None
+
+
+@pytest.fixture
+def lab(fault_masters, judge_server, worker_pool):
+    """The five masters reset (healed, empty, no cached script), the judge empty, four workers."""
+    fault_masters.reset()
+    judge_server.admin().flushall()
+    yield Lab(fault_masters, judge_server, worker_pool)
+    fault_masters.heal()

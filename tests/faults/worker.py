@@ -1,0 +1,356 @@
+"""Worker processes for the fault scenarios: the clients that contend for a lock.
+
+Run as a script, a worker reads one JSON command per line on stdin and answers with JSON lines on
+stdout.  `WorkerPool` (imported) starts N of them once and reuses them for every scenario (the
+engine is a parameter of each command), so no scenario pays for interpreter start-up.
+
+Commands:
+  contend  acquire(timeout=...) in a loop (a number of calls, or until a deadline), each success
+           followed by a critical section that feeds every oracle; returns per-call outcomes and
+           latencies, the intervals held, RSS samples, and any exception that escaped as something
+           other than a hiredlock error.  Big results go to a file.
+  hold     acquire, enter the critical section, say {"event": "in_cs"}, wait for {"op": "go"}, then
+           finish the section (the test SIGSTOPs the worker in between).
+  exit
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import random
+import select
+import signal
+import subprocess
+import sys
+import time
+import traceback
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _rss_kb() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def _votes(exc) -> str:
+    return "; ".join(f"{v.outcome.name}:{(v.detail or '')[:60]}" for v in getattr(exc, "votes", ()))
+
+
+def _redlock(cmd):
+    import hiredlock
+
+    return hiredlock.Redlock(
+        cmd["masters"],
+        backend=cmd["engine"],
+        master_timeout=cmd.get("master_timeout"),
+        retry_delay=cmd.get("retry_delay", 0.01),
+        retry_count=cmd.get("retry_count", 3),
+    )
+
+
+def _critical_section(judge, rng, cs_ms, fence, me) -> dict:
+    """The oracles' work under the lock: occupancy, lost-update counter, fenced register."""
+    occ = judge.enter()
+    value = judge.read_counter()
+    time.sleep(rng.uniform(*cs_ms) / 1000.0)
+    judge.write_counter(value + 1)
+    accepted = judge.fenced_write(fence, me) if fence is not None else None
+    judge.exit()
+    return {"occ": occ, "fence_accepted": accepted}
+
+
+def contend(cmd) -> dict:
+    import hiredlock
+    from faults.oracles import Judge
+
+    rng = random.Random(cmd.get("seed"))
+    me = f"{cmd.get('label', 'w')}:{os.getpid()}"
+    judge = Judge(cmd["judge"], cmd["name"])
+    rl = _redlock(cmd)
+    calls, until_ns = cmd.get("calls"), cmd.get("until_ns")
+    timeout = cmd.get("acquire_timeout", 2.0)
+    cs_ms = tuple(cmd.get("cs_ms", (1, 5)))
+    fencing = bool(cmd.get("fencing"))
+    out = {
+        "label": me,
+        "calls": [],  # [start_ns, duration_ns, outcome]
+        "intervals": [],
+        "escaped": [],
+        "errors": {},
+        "release_errors": {},
+        "occupancy_seen": 0,
+        "fence_refused": 0,
+        "rss": [],
+        "lost_mid_section": 0,
+    }
+    start_at = cmd.get("start_at_ns", 0)
+    while time.monotonic_ns() < start_at:
+        time.sleep(max(0.0, (start_at - time.monotonic_ns()) / 1e9))
+    n = 0
+    rss_every = cmd.get("rss_every", 0)
+    try:
+        while True:
+            if calls is not None and n >= calls:
+                break
+            if until_ns is not None and time.monotonic_ns() >= until_ns:
+                break
+            n += 1
+            if rss_every and n % rss_every == 0:
+                out["rss"].append([n, _rss_kb()])
+            lock = rl.lock(cmd["name"], cmd["ttl"], fencing=fencing)
+            t0 = time.monotonic_ns()
+            try:
+                ok = lock.acquire(timeout=timeout)
+                outcome = "ok" if ok else "false"
+                if not ok:
+                    errs = out["errors"].setdefault("false", [])
+                    if len(errs) < 5:
+                        errs.append(_votes(type("V", (), {"votes": lock.last_votes})()))
+            except hiredlock.HiredlockError as exc:
+                ok, outcome = False, type(exc).__name__
+                errs = out["errors"].setdefault(outcome, [])
+                if len(errs) < 5:
+                    errs.append(_votes(exc))
+            except Exception as exc:  # must never happen: only typed errors may escape
+                ok, outcome = False, "escaped"
+                out["escaped"].append(f"acquire: {exc!r}\n{traceback.format_exc()[-1500:]}")
+            t1 = time.monotonic_ns()
+            out["calls"].append([t0, t1 - t0, outcome])
+            if not ok:
+                continue
+            acquired_at = t1
+            valid_until = acquired_at + int(lock.validity * 1e9)
+            token, fence = lock.token, lock.fence
+            cs = _critical_section(judge, rng, cs_ms, fence, me)
+            if cs["occ"] > 1:
+                out["occupancy_seen"] += 1
+            if cs["fence_accepted"] is False:
+                out["fence_refused"] += 1
+            released_at = time.monotonic_ns()
+            if released_at > valid_until:
+                out["lost_mid_section"] += 1
+            out["intervals"].append(
+                [cmd["name"], token, me, acquired_at, valid_until, released_at, fence]
+            )
+            try:
+                lock.release()
+            except hiredlock.HiredlockError as exc:
+                name = type(exc).__name__
+                errs = out["release_errors"].setdefault(name, [])
+                if len(errs) < 5:
+                    errs.append(_votes(exc))
+                else:
+                    errs.append("")
+            except Exception as exc:
+                out["escaped"].append(f"release: {exc!r}\n{traceback.format_exc()[-1500:]}")
+    finally:
+        out["rss"].append([n, _rss_kb()])
+        with contextlib.suppress(Exception):
+            rl.close()
+        judge.close()
+    return out
+
+
+def hold(cmd) -> dict:
+    """Acquire, enter the section, report, wait for "go" (stopped meanwhile), finish."""
+    import hiredlock
+    from faults.oracles import Judge
+
+    me = f"{cmd.get('label', 'h')}:{os.getpid()}"
+    judge = Judge(cmd["judge"], cmd["name"])
+    rl = _redlock(cmd)
+    out = {"label": me, "escaped": []}
+    try:
+        lock = rl.lock(cmd["name"], cmd["ttl"], fencing=bool(cmd.get("fencing")))
+        if not lock.acquire(timeout=cmd.get("acquire_timeout", 5)):
+            out["acquired"] = False
+            return out
+        acquired_at = time.monotonic_ns()
+        valid_until = acquired_at + int(lock.validity * 1e9)
+        out["acquired"] = True
+        occ = judge.enter()
+        value = judge.read_counter()
+        _emit({"event": "in_cs", "fence": lock.fence, "occ": occ})
+        line = sys.stdin.readline()
+        assert json.loads(line)["op"] == "go", line
+        out["resumed_at"] = time.monotonic_ns()
+        judge.write_counter(value + 1)
+        out["fence"] = lock.fence
+        out["fence_accepted"] = (
+            judge.fenced_write(lock.fence, me) if lock.fence is not None else None
+        )
+        judge.exit()
+        released_at = time.monotonic_ns()
+        out["interval"] = [
+            cmd["name"],
+            lock.token,
+            me,
+            acquired_at,
+            valid_until,
+            released_at,
+            lock.fence,
+        ]
+        try:
+            lock.release()
+            out["release"] = "ok"
+        except hiredlock.HiredlockError as exc:
+            out["release"] = type(exc).__name__
+        except Exception as exc:
+            out["escaped"].append(repr(exc))
+    finally:
+        with contextlib.suppress(Exception):
+            rl.close()
+        judge.close()
+    return out
+
+
+def _emit(obj) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _main() -> int:
+    _emit({"event": "ready", "pid": os.getpid()})
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        op = cmd.get("op")
+        if op == "exit":
+            return 0
+        try:
+            if op == "contend":
+                res = contend(cmd)
+            elif op == "hold":
+                res = hold(cmd)
+            else:
+                raise ValueError(f"unknown op {op!r}")
+            path = cmd.get("results_path")
+            if path:
+                with open(path, "w") as f:
+                    json.dump(res, f)
+                res = {"results_path": path}
+            _emit({"event": "done", "ok": True, "result": res})
+        except Exception:
+            _emit({"event": "done", "ok": False, "error": traceback.format_exc()[-3000:]})
+    return 0
+
+
+# -- the pool (in the test process) ---------------------------------------------------------------
+
+
+def _pdeathsig() -> None:
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+
+
+class WorkerError(RuntimeError):
+    pass
+
+
+class Worker:
+    def __init__(self, index: int) -> None:
+        self.index = index
+        env = {k: v for k, v in os.environ.items() if k != "HIREDLOCK_IMPL"}
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            preexec_fn=_pdeathsig,
+        )
+        self._buf = b""
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def send(self, obj) -> None:
+        self.proc.stdin.write((json.dumps(obj) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def read(self, timeout: float) -> dict:
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerError(
+                    f"worker {self.index} (pid {self.pid}) did not answer in {timeout}s"
+                )
+            r, _, _ = select.select([fd], [], [], left)
+            if not r:
+                continue
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                err = b""
+                with contextlib.suppress(Exception):
+                    err = self.proc.stderr.read()
+                raise WorkerError(
+                    f"worker {self.index} (pid {self.pid}) exited: "
+                    f"{err.decode(errors='replace')[-3000:]}"
+                )
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def result(self, timeout: float) -> dict:
+        msg = self.read(timeout)
+        if msg.get("event") != "done":
+            raise WorkerError(f"worker {self.index}: unexpected {msg}")
+        if not msg["ok"]:
+            raise WorkerError(f"worker {self.index} failed:\n{msg['error']}")
+        res = msg["result"]
+        if "results_path" in res:
+            with open(res["results_path"]) as f:
+                res = json.load(f)
+        return res
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            with contextlib.suppress(Exception):
+                f.close()
+
+
+class WorkerPool:
+    def __init__(self, n: int) -> None:
+        self.workers: list[Worker] = []
+        try:
+            for i in range(n):
+                self.workers.append(Worker(i))
+            for w in self.workers:
+                msg = w.read(timeout=60)
+                assert msg.get("event") == "ready", msg
+        except BaseException:
+            self.close()
+            raise
+
+    def __len__(self) -> int:
+        return len(self.workers)
+
+    def __getitem__(self, i: int) -> Worker:
+        return self.workers[i]
+
+    def healthy(self) -> bool:
+        return all(w.proc.poll() is None for w in self.workers)
+
+    def contend(self, cmds: list[dict], timeout: float) -> list[dict]:
+        for w, cmd in zip(self.workers, cmds):
+            w.send({"op": "contend", **cmd})
+        return [w.result(timeout) for w, _ in zip(self.workers, cmds)]
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.kill()
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
