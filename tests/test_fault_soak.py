@@ -26,7 +26,7 @@ import time
 import pytest
 from faults.masters import FaultyMasters, random_fault
 from faults.nemesis import Nemesis
-from faults.scenario import Lab, Scenario, dump_dir, pct, seed_for
+from faults.scenario import RETRY_DELAY, Lab, Scenario, dump_dir, pct, seed_for
 from support import EXTRA_SLACK
 
 from hiredlock import HiredlockError, Redlock
@@ -124,7 +124,7 @@ def run_soak(scn: Scenario, lab: Lab, make_fault, calls: int, prober_engine=None
             "name": name,
             "ttl": TTL,
             "master_timeout": MT,
-            "retry_delay": 0.01,
+            "retry_delay": RETRY_DELAY,
             "fencing": i < 2,
             "cs_ms": [1, 5],
             "acquire_timeout": ACQUIRE_TIMEOUT,

@@ -29,7 +29,10 @@ TTL = 1.0
 MASTER_TIMEOUT = 0.05
 WORKERS = 4
 CS_MS = (1.0, 5.0)
-RETRY_DELAY = 0.01  # contended: short pauses, so 200 acquisitions take about a second
+# Contended workers retry after 25-75 ms: a colliding attempt that needs a faulted master can only
+# be decided at its master_timeout (50 ms) and keeps its partial keys until then; a retry jitter
+# much shorter than that keeps colliders in step (split-vote livelock: seconds with 10 +- 5 ms).
+RETRY_DELAY = 0.05
 ACQUIRE_TIMEOUT = 2.0
 
 SUMMARIES: list[str] = []  # printed at the end of the run by the plugin
