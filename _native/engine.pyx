@@ -75,7 +75,6 @@ cdef uint8_t PENDING = 255
 cdef int MAX_STALE = _scripts.MAX_STALE_REPLIES
 cdef int BACKOFF_MIN_MS = _scripts.RECONNECT_BACKOFF_MIN_MS
 cdef int BACKOFF_MAX_MS = _scripts.RECONNECT_BACKOFF_MAX_MS
-cdef int64_t IDLE_CHECK_NS = 1000000  # connections idle longer are checked before a round
 
 cdef enum Kind:
     KIND_SET
@@ -611,14 +610,12 @@ cdef class NativeEngine:
         cdef redisReply *reply
         cdef bint broken
         cdef int done = 0
-        cdef int64_t idle_since = now_ns() - IDLE_CHECK_NS
         for i in range(self.n):
             m = &self.masters[i]
-            # In a tight loop a connection that was fine a moment ago is not polled again (it
-            # would cost a syscall a round); one that owes replies, sat idle, or is still
-            # connecting since an earlier round, is.
-            if m.ctx != NULL and (m.state == CONNECTING or m.stale > 0
-                                  or m.last_round_end < idle_since):
+            # Every open connection is looked at (one poll() for all): skipping those used a
+            # moment ago saved a syscall but let a connection the server had just closed fail
+            # the next round (a false LockLost on extend after CLIENT KILL).
+            if m.ctx != NULL:
                 self.fds[nfds].fd = m.ctx.fd
                 self.fds[nfds].events = POLLOUT if m.state == CONNECTING else POLLIN
                 self.fds[nfds].revents = 0
