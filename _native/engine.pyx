@@ -9,7 +9,7 @@ timing rule come from the Python package; this file only moves bytes and counts 
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.stdint cimport int64_t, uint8_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.stdio cimport snprintf
 from libc.string cimport memcpy, memset, strlen, strncmp
@@ -53,10 +53,12 @@ cdef extern from "hl_platform.h" nogil:
         POLLERR
         POLLHUP
         POLLNVAL
+        HL_POLLRDHUP
     int hl_poll(hl_pollfd *fds, unsigned long count, int timeout_ms)
     int hl_poll_interrupted()
     int64_t hl_now_ns()
     int hl_socket_error(int fd)
+    int hl_peer_closed(int fd)
     int hl_on_fork_in_child(void (*child)())
     void hl_set_noinherit(int fd)
     const char *hl_error_text(int error)
@@ -137,6 +139,7 @@ cdef struct Command:
     const char *tail[MAX_PARTS]
     size_t tail_len[MAX_PARTS]
     bint want_values
+    uint32_t script_bit        # this script's bit in Master.scripts_known (0: not tracked)
     char **formatted           # [item]: the command as sent, formatted once for every master
     int *formatted_len
 
@@ -166,6 +169,10 @@ cdef struct Master:
     unsigned long long received  # replies read from it so far: reply n answers command n
     Redo *redo_head            # EVALs owed to abandoned script commands, in command order
     Redo *redo_tail
+    # Bit s: script s has run on this connection, so the server has it cached and EVALSHA is
+    # safe. Until then the script goes as EVAL: an EVALSHA whose NOSCRIPT reply is lost or comes
+    # after its round would never be followed by its EVAL (a release that silently does nothing).
+    uint32_t scripts_known
     # the handshake, formatted once: AUTH [user] password, SELECT db
     int auth_argc
     const char *auth_argv[3]
@@ -228,6 +235,7 @@ cdef void drop(Master *m) noexcept nogil:
     m.handshake = 0
     m.want_write = False
     m.lagging = False
+    m.scripts_known = 0
 
 
 cdef void fail(Master *m, int64_t now) noexcept nogil:
@@ -253,6 +261,7 @@ cdef class NativeEngine:
     cdef bint closed
     cdef object specs          # keeps the host/path/password bytes alive
     cdef list _keepalive
+    cdef dict script_bits      # sha -> its bit in Master.scripts_known
     # per-round scratch, grown as batches grow
     cdef int cap_items
     cdef uint8_t *codes        # [item * n + master]
@@ -288,6 +297,7 @@ cdef class NativeEngine:
                 or self.argv_ptr == NULL or self.argv_len == NULL):
             raise MemoryError()
         self._keepalive = []
+        self.script_bits = {}
         self.specs = specs
         self.generation = fork_generation
         for i in range(self.n):
@@ -391,19 +401,27 @@ cdef class NativeEngine:
     def set_nx(self, keys, tokens, long long ttl_ms, double timeout_ms):
         """SET key token NX PX ttl_ms on every master; OK if set, TAKEN if the key exists."""
         return self._round(KIND_SET, (b"SET",), (), tuple(zip(keys, tokens)),
-                           (b"NX", b"PX", str(ttl_ms).encode()), timeout_ms, False, True, False)
+                           (b"NX", b"PX", str(ttl_ms).encode()), timeout_ms, False, True, False,
+                           0)
 
     def run_script(self, bytes sha, bytes source, int numkeys, argvs, double timeout_ms,
                    bint wait_all, bint want_values=False, bint honour_backoff=False):
-        """EVALSHA sha numkeys *argv per item; EVAL source on NOSCRIPT. OK on a reply > 0."""
+        """EVALSHA sha numkeys *argv per item (EVAL source on a connection that has not run the
+        script yet, and after NOSCRIPT). OK on a reply > 0."""
+        cdef uint32_t bit = self.script_bits.get(sha, 0)
+        if bit == 0 and len(self.script_bits) < 32:
+            bit = (<uint32_t>1) << len(self.script_bits)
+            self.script_bits[sha] = bit
         count = str(numkeys).encode()
         return self._round(KIND_SCRIPT, (b"EVALSHA", sha, count), (b"EVAL", source, count),
-                           tuple(argvs), (), timeout_ms, wait_all, honour_backoff, want_values)
+                           tuple(argvs), (), timeout_ms, wait_all, honour_backoff, want_values,
+                           bit)
 
     # -- one round -------------------------------------------------------------------------------
 
     cdef list _round(self, Kind kind, tuple head, tuple eval_head, tuple items, tuple tail,
-                     double timeout_ms, bint wait_all, bint honour_backoff, bint want_values):
+                     double timeout_ms, bint wait_all, bint honour_backoff, bint want_values,
+                     uint32_t script_bit):
         cdef int n_items = len(items)
         cdef int n_args, i, j, k
         cdef int64_t t0, end
@@ -423,6 +441,7 @@ cdef class NativeEngine:
         cmd.kind = kind
         cmd.n_items = n_items
         cmd.want_values = want_values
+        cmd.script_bit = script_bit
         cmd.n_head = _parts(head, cmd.head, cmd.head_len)
         _parts(eval_head, cmd.eval_head, cmd.eval_head_len)
         cmd.n_tail = _parts(tail, cmd.tail, cmd.tail_len)
@@ -617,7 +636,7 @@ cdef class NativeEngine:
             # the next round (a false LockLost on extend after CLIENT KILL).
             if m.ctx != NULL:
                 self.fds[nfds].fd = m.ctx.fd
-                self.fds[nfds].events = POLLOUT if m.state == CONNECTING else POLLIN
+                self.fds[nfds].events = POLLOUT if m.state == CONNECTING else POLLIN | HL_POLLRDHUP
                 self.fds[nfds].revents = 0
                 self.fd_master[nfds] = i
                 nfds += 1
@@ -655,6 +674,12 @@ cdef class NativeEngine:
                 else:
                     broken = True  # a reply nobody asked for: never guess what it answers
                 freeReplyObject(raw)
+            # The late replies and the end of the stream may have come together (a master that
+            # answered, then died): the read above took the replies, not the end. A connection
+            # whose peer has closed is replaced now, not found dead in the middle of the round.
+            if not broken and (self.fds[k].revents & (HL_POLLRDHUP | POLLHUP | POLLERR)
+                               or (HL_POLLRDHUP == 0 and hl_peer_closed(m.ctx.fd))):
+                broken = True
             if not broken and m.want_write:
                 broken = redisBufferWrite(m.ctx, &done) == REDIS_ERR
                 m.want_write = not done
@@ -696,8 +721,11 @@ cdef class NativeEngine:
         """Queues the handshake (on a new connection) and every command of the round; writes."""
         cdef Master *m = &self.masters[i]
         cdef int k
+        # A script this connection has not run yet goes as EVAL (see Master.scripts_known);
+        # a script the engine does not track (more than 32) relies on the NOSCRIPT fallback.
+        cdef bint as_eval = cmd.script_bit != 0 and not (m.scripts_known & cmd.script_bit)
         for k in range(cmd.n_items):
-            if not self._append(m, cmd, k, False):
+            if not self._append(m, cmd, k, as_eval):
                 self._fail_master(i, CONN_ERROR, b"out of memory", now)
                 return
         m.want_write = True
@@ -881,9 +909,12 @@ cdef class NativeEngine:
             elif m.slot_head < m.slot_tail:
                 k = m.slots[m.slot_head]
                 m.slot_head += 1
+                if cmd.kind == KIND_SCRIPT and reply.type != REDIS_REPLY_ERROR:
+                    m.scripts_known |= cmd.script_bit
                 if (cmd.kind == KIND_SCRIPT and reply.type == REDIS_REPLY_ERROR
                         and strncmp(reply.str, b"NOSCRIPT", 8) == 0):
                     # The script cache was flushed: send the source, and wait for that reply.
+                    m.scripts_known &= ~cmd.script_bit
                     if not self._append(m, cmd, k, True):
                         self._vote(k, i, ERROR, reply.str)
                     else:

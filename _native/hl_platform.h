@@ -42,6 +42,13 @@ static void hl_set_noinherit(SOCKET fd) {
     SetHandleInformation((HANDLE)fd, HANDLE_FLAG_INHERIT, 0);
 }
 
+/* Whether the peer has closed the connection (or it failed), without consuming anything. */
+static int hl_peer_closed(SOCKET fd) {
+    char byte;
+    int got = recv(fd, &byte, 1, MSG_PEEK);
+    return got == 0 || (got < 0 && WSAGetLastError() != WSAEWOULDBLOCK);
+}
+
 /* There is no fork() on Windows: nothing to watch for. */
 static int hl_on_fork_in_child(void (*child)(void)) {
     (void)child;
@@ -78,6 +85,13 @@ static int hl_socket_error(int fd) {
     return error;
 }
 
+/* Whether the peer has closed the connection (or it failed), without consuming anything. */
+static int hl_peer_closed(int fd) {
+    char byte;
+    ssize_t got = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 static int hl_on_fork_in_child(void (*child)(void)) {
     return pthread_atfork(NULL, NULL, child);
 }
@@ -89,6 +103,15 @@ static void hl_set_noinherit(int fd) {
     if (flags != -1)
         fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
 }
+#endif
+
+/* poll() flag for "the peer closed its side" where the OS has one (Linux): a connection whose
+ * last replies and end of stream arrived together shows it in the same poll() call. Elsewhere 0,
+ * and the engine asks hl_peer_closed() instead. */
+#ifdef POLLRDHUP
+#define HL_POLLRDHUP POLLRDHUP
+#else
+#define HL_POLLRDHUP 0
 #endif
 
 static const char *hl_error_text(int error) { return strerror(error); }

@@ -38,7 +38,7 @@ from servers import REDIS_SERVER, RedisServer
 from support import assert_no_key, urls, vote_for, wait_until
 
 from hiredlock import LockLost, Outcome, QuorumUnreachable
-from hiredlock._scripts import RELEASE, fence_key
+from hiredlock._scripts import fence_key
 
 pytest_plugins = ["faults.plugin"]
 
@@ -145,11 +145,8 @@ def test_noauth_on_extend_and_release(make_redlock, redis_factory, key):
         s.admin().execute_command("CLIENT", "KILL", "TYPE", "normal")  # not our admin (SKIPME)
         s._drop_clients()
         s._admin_password = "s3cret"
-    # One round over every master first: the native engine may fail the next round on connections
-    # the server closed (bug B4, pinned in test_fault_regressions.py).  Release and extend always
-    # reconnect, so the checks below meet the new connections' NOAUTH.
-    time.sleep(0.02)
-    rl.inspect(key + ":warm-up")
+    # The connections the servers closed are replaced in the next round (bug B4, fixed), so the
+    # checks below meet the new connections' NOAUTH.
     extend_fails(a, "NOAUTH", servers[:2], at_least=1)
     release_fails(b, "NOAUTH", servers[:2], at_least=2)
 
@@ -336,12 +333,6 @@ def test_loading(make_redlock, redis_factory, big_rdb, key):
             loading.append(LoadingServer(port, big_rdb))
         if not all(ls.wait_loading() for ls in loading):
             pytest.skip("the masters loaded too fast to be seen loading")
-        # One round over every master first: the native engine may fail the first round after a
-        # restart on the connection the old server closed (bug B4, pinned elsewhere).
-        # (A master that failed is not retried by acquire for 10 ms: wait that out too.)
-        rl.inspect(key + ":warm-up")
-        time.sleep(0.05)
-        rl.inspect(key + ":warm-up")
         acquire_fails(rl.lock(key, 5), "LOADING", servers[:2], at_least=2)
         extend_fails(held_e, "LOADING", servers[:2], at_least=1)
         release_fails(held_r, "LOADING", servers[:2], at_least=2)
@@ -437,10 +428,6 @@ def test_wrongtype_fence_counter(make_redlock, redis_factory, key):
     fails on INCR (WRONGTYPE).  The attempt fails with WRONGTYPE votes and the unlock after it
     removes the lock keys the failed scripts left behind."""
     servers = redis_factory(3)
-    for s in servers:
-        # Cached, so that this tests the unlock itself: with an empty script cache the unlock's
-        # NOSCRIPT -> EVAL may outlast its round on a loaded machine (bug B2, pinned elsewhere).
-        s.admin().script_load(RELEASE.source)
     for s in servers[:2]:
         s.admin().hset(fence_key(key.encode()), mapping={"x": "y"})
     rl = make_redlock(urls(servers), retry_count=1)

@@ -1,6 +1,5 @@
-"""Fault injection, tier 1: the library bugs the fault scenarios found, each pinned by one small,
-deterministic test (strict xfail where the bug is: it XPASSes, and so fails, once it is fixed).
-See faults/known_bugs.py for each bug's analysis."""
+"""Fault injection, tier 1: the library bugs the fault scenarios found (all fixed now), each pinned
+by one small, deterministic test.  See faults/known_bugs.py for each bug's analysis."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ import statistics
 import time
 
 import pytest
-from faults.known_bugs import B2, B4
 from support import urls
 
 from hiredlock import LockLost, Outcome, QuorumUnreachable
@@ -63,12 +61,10 @@ def test_generic_error_keeps_its_code(make_redlock, redis_factory, key):
     assert vote.detail.startswith("ERR The user executing the script"), vote
 
 
-def test_restarted_masters_used_in_the_next_round(engine, request, make_redlock, redis_factory):
+def test_restarted_masters_used_in_the_next_round(engine, make_redlock, redis_factory):
     """Two of three masters killed and new servers started on their ports while two locks are
     held; the third master holds the name, so both new servers are needed: the next acquire
     replaces the closed connections in its round and gets both OKs (README)."""
-    if engine == "native":
-        request.applymarker(pytest.mark.xfail(strict=False, reason=B4))
     import subprocess
     import tempfile
 
@@ -151,8 +147,8 @@ def test_unlock_with_a_late_noscript(engine, request, make_redlock, fault_master
     its script cache is empty; master 2 holds the name.  The attempt fails (master 0 timed out);
     its SET did land on master 0, and so does the unlock (EVALSHA), whose NOSCRIPT comes back
     after the unlock round ended.  The EVAL must still be sent: no key is left on master 0,
-    although this client makes no further round."""
-    request.applymarker(pytest.mark.xfail(strict=True, reason=B2))
+    although this client makes no further round.  (Bug B2, fixed: a connection that has not run
+    the script yet is sent EVAL, not EVALSHA.)"""
     from faults.masters import Fault
 
     fault_masters.reset()

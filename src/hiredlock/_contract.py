@@ -57,7 +57,9 @@ class Engine(Protocol):
         want_values: bool = False,
         honour_backoff: bool = False,
     ) -> list[RoundResult]:
-        """EVALSHA sha numkeys *argv for each argv (EVAL source after NOSCRIPT).
+        """EVALSHA sha numkeys *argv for each argv; EVAL source after NOSCRIPT, and on a
+        connection that has not run this script yet (so that no lost NOSCRIPT reply can leave the
+        script unrun).
 
         honour_backoff: like set_nx, do not reconnect to masters that failed a moment ago
         (acquire rounds); release and extend rounds always try every master.

@@ -118,6 +118,7 @@ class _Master:
         "index",
         "lagging",
         "last_error",
+        "scripts",
         "spec",
         "stale",
         "unreached",
@@ -135,6 +136,11 @@ class _Master:
         self.waited = True
         self.lagging = False  # a round timed out on it; cleared once it has caught up
         self.unreached = False  # its last failure came before anything was written to it
+        # SHAs of the scripts that have run on this connection: EVALSHA is safe for those. Until
+        # a script has run, it goes as EVAL: an EVALSHA whose NOSCRIPT reply is lost or comes
+        # after its round would never be followed by its EVAL (a release that silently does
+        # nothing).
+        self.scripts: set[bytes] = set()
 
     @property
     def connected(self) -> bool:
@@ -178,6 +184,7 @@ class _Master:
         self.conn.connect()
         self.backoff_ms = 0
         self.stale = deque()
+        self.scripts = set()
 
     def failed(self, now_ns: int, reason: str, unreached: bool) -> None:
         """Drops the connection after an error and sets a growing pause before the next connect.
@@ -197,6 +204,7 @@ class _Master:
             self.conn.disconnect()
         self.stale = deque()
         self.lagging = False
+        self.scripts = set()
 
     def forget(self) -> None:
         """After fork(): lose the inherited socket without any I/O on it."""
@@ -206,6 +214,7 @@ class _Master:
             self.conn._sock = None
         self.conn = None
         self.stale = deque()
+        self.scripts = set()
 
 
 class _Round:
@@ -305,7 +314,7 @@ class PythonEngine:
     ) -> list[RoundResult]:
         ttl = str(int(ttl_ms)).encode()
         commands = [(b"SET", key, token, b"NX", b"PX", ttl) for key, token in zip(keys, tokens)]
-        return self._round(_KIND_SET, commands, None, timeout_ms, False, True, False)
+        return self._round(_KIND_SET, commands, None, None, timeout_ms, False, True, False)
 
     def run_script(
         self,
@@ -322,7 +331,7 @@ class PythonEngine:
         commands = [(b"EVALSHA", sha, count, *argv) for argv in argvs]
         fallback = [(b"EVAL", source, count, *argv) for argv in argvs]
         return self._round(
-            _KIND_SCRIPT, commands, fallback, timeout_ms, wait_all, honour_backoff, want_values
+            _KIND_SCRIPT, commands, fallback, sha, timeout_ms, wait_all, honour_backoff, want_values
         )
 
     def close(self) -> None:
@@ -341,6 +350,7 @@ class PythonEngine:
         kind: int,
         commands: list[tuple],
         fallback: Optional[list[tuple]],
+        sha: Optional[bytes],
         timeout_ms: float,
         wait_all: bool,
         honour_backoff: bool,
@@ -361,7 +371,7 @@ class PythonEngine:
         last_look = False
         for master in self._masters:
             if master.connected:
-                self._send(master, commands, votes, queues, poller)
+                self._send(master, commands, fallback, sha, votes, queues, poller)
             elif (
                 honour_backoff
                 and t0 < master.down_until
@@ -396,10 +406,10 @@ class PythonEngine:
                     master, sock = connecting.pop(fd)
                     poller.unregister(fd)
                     if self._connected(master, sock, votes, deadline):
-                        self._send(master, commands, votes, queues, poller)
+                        self._send(master, commands, fallback, sha, votes, queues, poller)
                     continue
                 master, slots = queues[fd]
-                if self._read(master, slots, kind, fallback, votes, deadline) and slots:
+                if self._read(master, slots, kind, fallback, sha, votes, deadline) and slots:
                     continue
                 del queues[fd]
                 poller.unregister(fd)
@@ -474,11 +484,15 @@ class PythonEngine:
         self,
         master: _Master,
         commands: list[tuple],
+        fallback: Optional[list[tuple]],
+        sha: Optional[bytes],
         votes: _Round,
         queues: dict,
         poller: Any,
     ) -> None:
         conn = master.conn
+        if fallback is not None and sha not in master.scripts:
+            commands = fallback  # not run on this connection yet: EVAL (see _Master.scripts)
         try:
             conn.send_packed_command(conn.pack_commands(commands), check_health=False)
         except (redis.RedisError, OSError) as exc:
@@ -500,6 +514,7 @@ class PythonEngine:
         slots: deque,
         kind: int,
         fallback: Optional[list[tuple]],
+        sha: Optional[bytes],
         votes: _Round,
         deadline: int,
     ) -> bool:
@@ -524,11 +539,14 @@ class PythonEngine:
                     slot = slots.popleft()
                     master.lagging = False  # every earlier reply came first: it has caught up
                     if isinstance(reply, NoScriptError) and fallback is not None:
+                        master.scripts.discard(sha)  # the cache was flushed: send the source
                         conn.send_packed_command(conn.pack_command(*fallback[slot]), False)
                         slots.append(slot)
                     elif isinstance(reply, _REPLY_ERRORS):
                         votes.vote(slot, index, ERROR, _error_text(reply))
                     else:
+                        if sha is not None:
+                            master.scripts.add(sha)
                         votes.count(slot, index, kind, reply)
                 if not slots or not conn.can_read(timeout=0):
                     return True
