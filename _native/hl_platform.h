@@ -3,6 +3,7 @@
 #ifndef HIREDLOCK_PLATFORM_H
 #define HIREDLOCK_PLATFORM_H
 
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -41,6 +42,17 @@ static int hl_socket_error(SOCKET fd) {
 static void hl_set_noinherit(SOCKET fd) {
     SetHandleInformation((HANDLE)fd, HANDLE_FLAG_INHERIT, 0);
 }
+
+/* Sends what the socket takes now: the count sent, 0 when it would block, -1 on an error
+ * (hl_send_error() says which). */
+static long hl_send(SOCKET fd, const char *data, size_t length) {
+    int sent = send(fd, data, length > INT_MAX ? INT_MAX : (int)length, 0);
+    if (sent == SOCKET_ERROR)
+        return WSAGetLastError() == WSAEWOULDBLOCK ? 0 : -1;
+    return sent;
+}
+
+static int hl_send_error(void) { return WSAGetLastError(); }
 
 /* Whether the peer has closed the connection (or it failed), without consuming anything. */
 static int hl_peer_closed(SOCKET fd) {
@@ -84,6 +96,26 @@ static int hl_socket_error(int fd) {
         return errno;
     return error;
 }
+
+/* Sends what the socket takes now: the count sent, 0 when it would block, -1 on an error
+ * (hl_send_error() says which). No SIGPIPE where the OS lets a call say so (Python ignores
+ * SIGPIPE anyway). */
+static long hl_send(int fd, const char *data, size_t length) {
+#ifdef MSG_NOSIGNAL
+    const int flags = MSG_NOSIGNAL;
+#else
+    const int flags = 0;
+#endif
+    ssize_t sent;
+    do {
+        sent = send(fd, data, length, flags);
+    } while (sent < 0 && errno == EINTR);
+    if (sent < 0)
+        return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+    return (long)sent;
+}
+
+static int hl_send_error(void) { return errno; }
 
 /* Whether the peer has closed the connection (or it failed), without consuming anything. */
 static int hl_peer_closed(int fd) {

@@ -30,6 +30,7 @@ cdef extern from "hiredis/hiredis.h" nogil:
         char errstr[128]
         int fd
         redisReader *reader
+        char *obuf             # an sds string: what is queued to be written ("" when nothing)
 
     redisContext *redisConnectNonBlock(const char *ip, int port)
     redisContext *redisConnectUnixNonBlock(const char *path)

@@ -23,7 +23,9 @@ class EnginePool:
         self._generation = _fork.generation()
 
     def checkout(self) -> Engine:
-        if self._generation != _fork.generation():
+        # _fork._generation, not generation(): an attribute read is cheaper than a call, and
+        # this runs twice a round
+        if self._generation != _fork._generation:
             self._after_fork()
         if self._closed:
             raise HiredlockError("this Redlock is closed")
@@ -33,7 +35,7 @@ class EnginePool:
             return self._factory()
 
     def checkin(self, engine: Engine) -> None:
-        if self._closed or self._generation != _fork.generation():
+        if self._closed or self._generation != _fork._generation:
             engine.close()
             return
         self._idle.append(engine)

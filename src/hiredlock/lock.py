@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
-import os
 import random
 import threading
 import time
+import weakref
+from binascii import hexlify
+from os import urandom
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from . import _config, _scripts
@@ -29,7 +31,7 @@ _OK = int(_scripts.Outcome.OK)
 
 def new_token() -> bytes:
     """20 bytes from the OS CSPRNG (fork-safe: no user-space state), as 40 hex characters."""
-    return os.urandom(_scripts.TOKEN_BYTES).hex().encode()
+    return hexlify(urandom(_scripts.TOKEN_BYTES))
 
 
 _log = logging.getLogger("hiredlock")
@@ -89,6 +91,7 @@ class Lock(WithStatement):
         "_on_lost",
         "_owner",
         "_redlock",
+        "_registry_ref",
         "_timeout_ms",
         "_token",
         "_ttl_ms",
@@ -117,7 +120,10 @@ class Lock(WithStatement):
             if blocking_timeout is None
             else _config.non_negative_seconds(blocking_timeout, "blocking_timeout")
         )
-        self._auto_renew = auto_renew is True or _config.flag(auto_renew, "auto_renew")
+        # (bools are taken as they are: Redlock.acquire_many makes a Lock per name)
+        self._auto_renew = (
+            auto_renew if auto_renew is False else _config.flag(auto_renew, "auto_renew")
+        )
         self._max_hold_ns: Optional[int] = None
         if max_hold is not None:
             if not self._auto_renew:
@@ -131,7 +137,7 @@ class Lock(WithStatement):
             if max_extensions is None
             else _config.non_negative_int(max_extensions, "max_extensions")
         )
-        self._fencing = fencing is True or _config.flag(fencing, "fencing")
+        self._fencing = fencing if fencing is False else _config.flag(fencing, "fencing")
         self._mutex = threading.Lock()
         self._token: Optional[bytes] = None
         self._valid_until_ns = 0
@@ -144,6 +150,7 @@ class Lock(WithStatement):
         self._last_votes: tuple = ()
         self._last_codes: Optional[bytes] = None  # per-master outcomes of the last failed attempt
         self._lost_event: Optional[threading.Event] = None  # made on first use: see `lost`
+        self._registry_ref: Optional[weakref.ref] = None  # made by Redlock._holding, once
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -268,8 +275,10 @@ class Lock(WithStatement):
         if self._fencing:
             failed, fence = self._fenced_rounds(token, start)
         else:
-            result = self._redlock._set_nx((self._key,), (token,), self._ttl_ms, self._timeout_ms)
-            failed = self._refusal(result[0], result[0][1])
+            result = self._redlock._set_nx((self._key,), (token,), self._ttl_ms, self._timeout_ms)[
+                0
+            ]
+            failed = self._refusal(result, result[1])
             fence = None
         if failed is not None:
             self._redlock._release_tokens(
@@ -296,7 +305,8 @@ class Lock(WithStatement):
             self._extensions = 0
             self._valid_until_ns = start + int((self._ttl_ms - self._drift_ms) * 1_000_000)
             self._acquired_at_ns = start
-            self._owner = threading.current_thread()
+            # the watchdog stops renewing once the owner thread has ended
+            self._owner = threading.current_thread() if self._auto_renew else None
             self._acquisition += 1
             acquisition = self._acquisition
         self._last_votes = ()
@@ -308,7 +318,7 @@ class Lock(WithStatement):
     def _refusal(self, result: RoundResult, elapsed_ns: int) -> Optional[RoundResult]:
         """None when `result` is a valid quorum (elapsed counted from the first round's start)."""
         valid = self._ttl_ms - elapsed_ns / 1e6 - self._drift_ms > 0
-        if result[0].count(_OK) >= self._redlock.quorum and valid:
+        if result[0].count(_OK) >= self._redlock._quorum and valid:
             return None
         return result
 
@@ -372,7 +382,7 @@ class Lock(WithStatement):
 
     def _released(self, result: RoundResult, lost: bool) -> Optional[LockLost]:
         """The error for a release round's result, or None when a quorum released."""
-        if not lost and result[0].count(_OK) >= self._redlock.quorum:
+        if not lost and result[0].count(_OK) >= self._redlock._quorum:
             return None
         self._last_votes = self._redlock._votes(result)
         return LockLost(

@@ -78,10 +78,12 @@ class Redlock:
         self.backend: str = engine_class.name
         self._pool = EnginePool(lambda: engine_class(self._masters, self._quorum))
         self._state_mutex = threading.Lock()
-        # The locks this Redlock holds, by id, held weakly: a held Lock its caller dropped is
-        # neither kept alive nor renewed (its keys expire with their ttl). close() releases the
-        # others; inspect() recognises their tokens. No mutex: single dict operations are atomic.
-        self._held: weakref.WeakValueDictionary[int, Lock] = weakref.WeakValueDictionary()
+        # The locks this Redlock holds: id -> a weak reference (each Lock makes its own once, see
+        # _holding), so a held Lock its caller dropped is neither kept alive nor renewed (its
+        # keys expire with their ttl). close() releases the others; inspect() recognises their
+        # tokens. No mutex: single dict operations are atomic. (A plain dict of weakrefs, not a
+        # WeakValueDictionary, whose Python-level __setitem__ cost a lock cycle a tenth.)
+        self._held: dict[int, weakref.ref[Lock]] = {}
         self._timings: dict[tuple, tuple[int, float, float]] = {}
         self._renewer: Optional[Watchdog] = None
         self._closed = False
@@ -292,7 +294,7 @@ class Redlock:
                 return
             self._closed = True
             renewer, self._renewer = self._renewer, None
-            held = list(self._held.values())
+            held = self._held_locks()
         if renewer is not None:
             renewer.close()
         for lock in held:
@@ -371,13 +373,28 @@ class Redlock:
 
     def _holding(self, lock: Lock, held: bool) -> None:
         """Keeps the locks this Redlock holds (for inspect and close)."""
-        if held:
-            self._held[id(lock)] = lock
-        else:
-            self._held.pop(id(lock), None)
+        key = id(lock)
+        if not held:
+            self._held.pop(key, None)
+            return
+        ref = lock._registry_ref
+        if ref is None:
+            registry = self._held
+
+            def forget(dead: weakref.ref, key: int = key) -> None:
+                # The Lock was dropped while held. Its id may already name a new Lock: only
+                # this reference's own entry goes.
+                if registry.get(key) is dead:
+                    registry.pop(key, None)
+
+            ref = lock._registry_ref = weakref.ref(lock, forget)
+        self._held[key] = ref
+
+    def _held_locks(self) -> list[Lock]:
+        return [lock for ref in list(self._held.values()) if (lock := ref()) is not None]
 
     def _token_held_for(self, key: bytes) -> bytes:
-        for lock in list(self._held.values()):
+        for lock in self._held_locks():
             token = lock.token
             if lock.key == key and token is not None:
                 return token.encode()
