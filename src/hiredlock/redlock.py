@@ -13,7 +13,7 @@ from typing import Any, Callable, NamedTuple, Optional, TypeVar, Union
 from . import _backend, _config, _scripts
 from ._config import Duration, MasterLike, MasterSpec
 from ._contract import RoundResult
-from ._errors import LockLost, QuorumUnreachable, Vote
+from ._errors import LockLost, NotHeld, QuorumUnreachable, Vote
 from ._pool import EnginePool
 from ._scripts import Outcome
 from ._watchdog import Watchdog
@@ -151,6 +151,11 @@ class Redlock:
         in one more round). One attempt, no retries. Raises QuorumUnreachable when the masters
         failed so that no name could have been acquired.
         """
+        if isinstance(names, (str, bytes, bytearray, memoryview)):
+            raise TypeError(
+                f"names must be an iterable of names, not a single {type(names).__name__}"
+            )
+        self._timing(ttl)  # a bad ttl is refused even for an empty batch
         locks = [Lock(self, name, ttl) for name in names]
         if not locks:
             return []
@@ -193,6 +198,15 @@ class Redlock:
         batch = [lock for lock in locks]
         if not batch:
             return
+        # Every lock is checked before any lets go: a bad entry must not leave the ones before
+        # it forgotten by their Lock objects while their keys stay on the masters.
+        for lock in batch:
+            if not isinstance(lock, Lock) or lock._redlock is not self:
+                raise ValueError("release_many takes Locks of this Redlock")
+            if lock._token is None:
+                raise NotHeld(f"lock {lock.name!r} is not held by this Lock object")
+        if len({id(lock) for lock in batch}) != len(batch):
+            raise ValueError("a lock must not repeat in one batch")
         let_go = [lock._let_go() for lock in batch]
         timeout_ms = max(lock._timeout_ms for lock in batch)
         results = self._release_tokens(
