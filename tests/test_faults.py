@@ -286,22 +286,11 @@ def test_black_hole_majority_raises_within_timeouts(engine, make_redlock, master
 # -- a batch larger than a stopped master's socket buffers ---------------------------------------
 
 
-def test_batch_larger_than_a_stopped_masters_buffers(
-    engine, request, make_redlock, redis_factory, key
-):
+def test_batch_larger_than_a_stopped_masters_buffers(engine, make_redlock, redis_factory, key):
     """Master 0 is SIGSTOPped and the batch (~6 MB of 30 KB names) does not fit in its socket
     buffers (about 4 MB here): what the socket does not take is kept and written once it can
     be, and the live masters' round is not held up by it. The two live masters make the
     quorum; once master 0 is resumed, the release removes every key there too."""
-    if engine == "python":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="the python engine writes each master's batch with a blocking sendall "
-                "in turn: a stopped master whose buffers are full holds up the writes to the "
-                "others until its timeout, and the whole batch fails",
-            )
-        )
     servers = redis_factory(3)
     rl = make_redlock(urls(servers), master_timeout=2.0)
     names = [f"{key}:{i}:" + "x" * 30_000 for i in range(200)]

@@ -122,6 +122,7 @@ class _Master:
         "spec",
         "stale",
         "unreached",
+        "unsent",
         "waited",
     )
 
@@ -141,6 +142,9 @@ class _Master:
         # after its round would never be followed by its EVAL (a release that silently does
         # nothing).
         self.scripts: set[bytes] = set()
+        # The tail of this round's commands that the socket has not taken yet (written as it
+        # becomes writable): a stopped master with full buffers must not hold up the others.
+        self.unsent: Optional[memoryview] = None
 
     @property
     def connected(self) -> bool:
@@ -205,6 +209,7 @@ class _Master:
         self.stale = deque()
         self.lagging = False
         self.scripts = set()
+        self.unsent = None
 
     def forget(self) -> None:
         """After fork(): lose the inherited socket without any I/O on it."""
@@ -215,6 +220,7 @@ class _Master:
         self.conn = None
         self.stale = deque()
         self.scripts = set()
+        self.unsent = None
 
 
 class _Round:
@@ -401,7 +407,7 @@ class PythonEngine:
                 # masters that answered in time dead).
                 last_look = True
                 remaining_ns = 0
-            for fd, _events in poller.poll(-(-remaining_ns // 1_000_000)):
+            for fd, events in poller.poll(-(-remaining_ns // 1_000_000)):
                 if fd in connecting:
                     master, sock = connecting.pop(fd)
                     poller.unregister(fd)
@@ -409,6 +415,15 @@ class PythonEngine:
                         self._send(master, commands, fallback, sha, votes, queues, poller)
                     continue
                 master, slots = queues[fd]
+                if master.unsent is not None and events & POLLOUT:
+                    if not self._send_more(master, votes):
+                        del queues[fd]
+                        poller.unregister(fd)
+                        continue
+                    if master.unsent is None:
+                        poller.register(fd, POLLIN)
+                    if not events & ~POLLOUT:
+                        continue
                 if self._read(master, slots, kind, fallback, sha, votes, deadline) and slots:
                     continue
                 del queues[fd]
@@ -422,6 +437,11 @@ class PythonEngine:
             if end >= deadline:
                 self._give_up(votes, master, TimeoutError("connect timed out"), unreached=True)
         for master, slots in queues.values():
+            if master.unsent is not None:
+                # Part of a command is still unsent: what reached the master ran or will run
+                # (later rounds reach it on a new connection); a half command dies with this one.
+                master.drop()
+                continue
             self._abandon(master, slots, fallback, end >= deadline)
         return votes.results(end)
 
@@ -493,20 +513,43 @@ class PythonEngine:
         conn = master.conn
         if fallback is not None and sha not in master.scripts:
             commands = fallback  # not run on this connection yet: EVAL (see _Master.scripts)
+        data = b"".join(conn.pack_commands(commands))
+        sock = conn._sock
         try:
-            conn.send_packed_command(conn.pack_commands(commands), check_health=False)
-        except (redis.RedisError, OSError) as exc:
+            sock.setblocking(False)  # a full socket must not hold up the other masters
+            try:
+                sent = sock.send(data)
+            except BlockingIOError:
+                sent = 0
+        except OSError as exc:
             self._give_up(votes, master, exc)
             return
+        master.unsent = memoryview(data)[sent:] if sent < len(data) else None
         # A master that let an earlier round time out and has not caught up since gets this
         # round's commands, but a wait_all round does not wait for it: one stopped master must not
         # cost every release its timeout. One merely slower than the quorum is waited for.
         master.waited = not master.lagging
         slots, master.stale = master.stale, deque()
         slots.extend(range(len(commands)))
-        fd = conn._sock.fileno()
+        fd = sock.fileno()
         queues[fd] = (master, slots)
-        poller.register(fd, POLLIN)
+        poller.register(fd, POLLIN if master.unsent is None else POLLIN | POLLOUT)
+
+    def _send_more(self, master: _Master, votes: _Round) -> bool:
+        """Writes what the socket takes of the round's unsent commands; False if it failed."""
+        sock = master.conn._sock
+        unsent = master.unsent
+        try:
+            sock.setblocking(False)
+            try:
+                sent = sock.send(unsent)
+            except BlockingIOError:
+                sent = 0
+        except OSError as exc:
+            self._give_up(votes, master, exc)
+            return False
+        master.unsent = unsent[sent:] if sent < len(unsent) else None
+        return True
 
     def _read(
         self,
