@@ -513,30 +513,22 @@ class PythonEngine:
         conn = master.conn
         if fallback is not None and sha not in master.scripts:
             commands = fallback  # not run on this connection yet: EVAL (see _Master.scripts)
-        data = b"".join(conn.pack_commands(commands))
-        sock = conn._sock
-        try:
-            sock.setblocking(False)  # a full socket must not hold up the other masters
-            try:
-                sent = sock.send(data)
-            except BlockingIOError:
-                sent = 0
-        except OSError as exc:
-            self._give_up(votes, master, exc)
+        master.unsent = memoryview(b"".join(conn.pack_commands(commands)))
+        fd = conn._sock.fileno()
+        if not self._send_more(master, votes):
             return
-        master.unsent = memoryview(data)[sent:] if sent < len(data) else None
         # A master that let an earlier round time out and has not caught up since gets this
         # round's commands, but a wait_all round does not wait for it: one stopped master must not
         # cost every release its timeout. One merely slower than the quorum is waited for.
         master.waited = not master.lagging
         slots, master.stale = master.stale, deque()
         slots.extend(range(len(commands)))
-        fd = sock.fileno()
         queues[fd] = (master, slots)
         poller.register(fd, POLLIN if master.unsent is None else POLLIN | POLLOUT)
 
     def _send_more(self, master: _Master, votes: _Round) -> bool:
-        """Writes what the socket takes of the round's unsent commands; False if it failed."""
+        """Writes what the socket takes now of the round's unsent commands (without waiting: a
+        full socket must not hold up the other masters); False if the connection failed."""
         sock = master.conn._sock
         unsent = master.unsent
         try:
