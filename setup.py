@@ -7,8 +7,8 @@ The extension links libhiredis (0.14 or newer):
   symbol kept out of the extension's exports; otherwise its shared library, with an rpath.
 * otherwise pkg-config's hiredis (Debian/Ubuntu: libhiredis-dev), or plain -lhiredis when
   pkg-config is missing.
-* Windows (not a supported target yet, docs/WHEELS.md): HIREDIS_PREFIX only, with the static
-  lib/hiredis.lib that tools/build_hiredis.ps1 builds.
+* Windows (MSVC): HIREDIS_PREFIX only, with the static lib/hiredis.lib that
+  tools/build_hiredis.ps1 builds (CMake's name for it), linked with ws2_32 and crypt32.
 
 Before compiling, a probe compiles and links a tiny program against that hiredis. A source build
 that cannot have the native engine FAILS with a message saying what to install: the extension is
@@ -48,9 +48,10 @@ HOW_TO_GET_HIREDIS = (
     "HIREDLOCK_NO_EXTENSIONS=1 to install the pure-Python package without the native engine."
 )
 HOW_TO_GET_HIREDIS_WINDOWS = (
-    "The native engine is not supported on Windows yet (docs/WHEELS.md). To try it: build a "
-    "static hiredis with tools/build_hiredis.ps1 and set HIREDIS_PREFIX to it; or set "
-    "HIREDLOCK_NO_EXTENSIONS=1 to install the pure-Python package without the native engine."
+    "On Windows the native engine links a static hiredis built by tools/build_hiredis.ps1 (in "
+    "the sdist; needs CMake and Visual Studio): run it with HIREDIS_PREFIX set, then build with "
+    "the same HIREDIS_PREFIX; or set HIREDLOCK_NO_EXTENSIONS=1 to install the pure-Python "
+    "package without the native engine."
 )
 HOW_TO_GET_A_COMPILER = (
     "Install a C compiler and the Python headers (Debian/Ubuntu: apt-get install build-essential "

@@ -41,8 +41,9 @@ from hiredlock import _scripts
 
 cdef extern from "hl_platform.h" nogil:
     # poll() / WSAPoll(), the monotonic clock, SO_ERROR, and fork detection: see that header.
+    ctypedef int hl_socket  # SOCKET (64-bit) on Windows, int elsewhere
     ctypedef struct hl_pollfd:
-        int fd
+        hl_socket fd
         short events
         short revents
     enum:
@@ -55,13 +56,14 @@ cdef extern from "hl_platform.h" nogil:
     int hl_poll(hl_pollfd *fds, unsigned long count, int timeout_ms)
     int hl_poll_interrupted()
     int64_t hl_now_ns()
-    int hl_socket_error(int fd)
-    int hl_peer_closed(int fd)
-    long hl_send(int fd, const char *data, size_t length)
+    int hl_socket_error(hl_socket fd)
+    int hl_peer_closed(hl_socket fd)
+    long hl_send(hl_socket fd, const char *data, size_t length)
     int hl_send_error()
     int hl_on_fork_in_child(void (*child)())
-    void hl_set_noinherit(int fd)
+    void hl_set_noinherit(hl_socket fd)
     const char *hl_error_text(int error)
+    hl_socket hl_context_fd(redisContext *ctx)  # ctx.fd: redisFD (SOCKET) on Windows
 
 
 HIREDIS_VERSION = f"{HIREDIS_MAJOR}.{HIREDIS_MINOR}.{HIREDIS_PATCH}"
@@ -673,7 +675,7 @@ cdef class NativeEngine:
                     events = POLLIN
                     if m.want_write:
                         events |= POLLOUT
-                self.fds[nfds].fd = m.ctx.fd
+                self.fds[nfds].fd = hl_context_fd(m.ctx)
                 self.fds[nfds].events = events
                 self.fds[nfds].revents = 0
                 self.fd_master[nfds] = i
@@ -742,7 +744,7 @@ cdef class NativeEngine:
             # moment ago saved a syscall but let a connection the server had just closed fail
             # the next round (a false LockLost on extend after CLIENT KILL).
             if m.ctx != NULL:
-                self.fds[nfds].fd = m.ctx.fd
+                self.fds[nfds].fd = hl_context_fd(m.ctx)
                 self.fds[nfds].events = POLLOUT if m.state == CONNECTING else POLLIN | HL_POLLRDHUP
                 self.fds[nfds].revents = 0
                 self.fd_master[nfds] = i
@@ -757,7 +759,7 @@ cdef class NativeEngine:
                 # A connect that completed after its round: confirm it now, or, if the server
                 # went away meanwhile (a restart), start afresh in this round. Nothing was queued.
                 if (self.fds[k].revents & (POLLERR | POLLHUP | POLLNVAL)
-                        or hl_socket_error(m.ctx.fd)):
+                        or hl_socket_error(hl_context_fd(m.ctx))):
                     drop(m)
                 else:
                     m.state = READY
@@ -785,7 +787,7 @@ cdef class NativeEngine:
             # answered, then died): the read above took the replies, not the end. A connection
             # whose peer has closed is replaced now, not found dead in the middle of the round.
             if not broken and (self.fds[k].revents & (HL_POLLRDHUP | POLLHUP | POLLERR)
-                               or (HL_POLLRDHUP == 0 and hl_peer_closed(m.ctx.fd))):
+                               or (HL_POLLRDHUP == 0 and hl_peer_closed(hl_context_fd(m.ctx)))):
                 broken = True
             if not broken and m.want_write:
                 broken = redisBufferWrite(m.ctx, &done) == REDIS_ERR
@@ -866,7 +868,7 @@ cdef class NativeEngine:
         queued in libhiredis's output buffer, written when the socket is writable."""
         cdef Master *m = &self.masters[i]
         cdef size_t total = cmd.item_end[cmd.n_items - 1]
-        cdef long sent = hl_send(m.ctx.fd, cmd.batch, total)
+        cdef long sent = hl_send(hl_context_fd(m.ctx), cmd.batch, total)
         if sent < 0:
             self._fail_master(i, CONN_ERROR, hl_error_text(hl_send_error()), now)
         elif <size_t>sent < total:
@@ -889,7 +891,7 @@ cdef class NativeEngine:
         if m.ctx.err:
             self._fail_master(i, CONN_ERROR, m.ctx.errstr, now)
             return False
-        hl_set_noinherit(m.ctx.fd)
+        hl_set_noinherit(hl_context_fd(m.ctx))
         m.state = CONNECTING
         m.connect_deadline = now + self.c_timeout_ns
         m.stale = 0
@@ -1000,7 +1002,7 @@ cdef class NativeEngine:
         if m.failed or m.ctx == NULL:
             return
         if m.state == CONNECTING:
-            err = hl_socket_error(m.ctx.fd)
+            err = hl_socket_error(hl_context_fd(m.ctx))
             if err:
                 self._fail_master(i, CONN_ERROR, hl_error_text(err), now)
                 return

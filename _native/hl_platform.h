@@ -8,9 +8,19 @@
 #include <string.h>
 
 #ifdef _WIN32
+/* WSAPoll() and WSAPOLLFD need Windows Vista (0x0600) or later; Python.h asks for 8 or later, and
+ * must come first (it does in the Cython-generated C). */
+#if defined(_WIN32_WINNT) && _WIN32_WINNT < 0x0600
+#error "hl_platform.h needs _WIN32_WINNT >= 0x0600 (WSAPoll)"
+#endif
+#include <stdio.h>
 #include <winsock2.h>
 #include <windows.h>
 
+/* A socket is a SOCKET (a 64-bit handle on Win64), which is also what hiredis 1.x's redisFD is
+ * there. The engine's sockets are non-blocking (hiredis's non-blocking connect makes them so):
+ * hl_peer_closed() relies on that, Windows has no MSG_DONTWAIT. */
+typedef SOCKET hl_socket;
 typedef WSAPOLLFD hl_pollfd;
 
 static int hl_poll(hl_pollfd *fds, unsigned long count, int timeout_ms) {
@@ -29,7 +39,7 @@ static int64_t hl_now_ns(void) {
         + (int64_t)(counter.QuadPart % frequency.QuadPart) * 1000000000 / frequency.QuadPart;
 }
 
-static int hl_socket_error(SOCKET fd) {
+static int hl_socket_error(hl_socket fd) {
     int error = 0;
     int length = sizeof(error);
     if (getsockopt(fd, SOL_SOCKET, SO_ERROR, (char *)&error, &length) != 0)
@@ -39,13 +49,13 @@ static int hl_socket_error(SOCKET fd) {
 
 /* Child processes must not inherit the lock's connections (Python's own sockets are not
  * inheritable either, PEP 446). */
-static void hl_set_noinherit(SOCKET fd) {
+static void hl_set_noinherit(hl_socket fd) {
     SetHandleInformation((HANDLE)fd, HANDLE_FLAG_INHERIT, 0);
 }
 
 /* Sends what the socket takes now: the count sent, 0 when it would block, -1 on an error
  * (hl_send_error() says which). */
-static long hl_send(SOCKET fd, const char *data, size_t length) {
+static long hl_send(hl_socket fd, const char *data, size_t length) {
     int sent = send(fd, data, length > INT_MAX ? INT_MAX : (int)length, 0);
     if (sent == SOCKET_ERROR)
         return WSAGetLastError() == WSAEWOULDBLOCK ? 0 : -1;
@@ -55,16 +65,40 @@ static long hl_send(SOCKET fd, const char *data, size_t length) {
 static int hl_send_error(void) { return WSAGetLastError(); }
 
 /* Whether the peer has closed the connection (or it failed), without consuming anything. */
-static int hl_peer_closed(SOCKET fd) {
+static int hl_peer_closed(hl_socket fd) {
     char byte;
     int got = recv(fd, &byte, 1, MSG_PEEK);
-    return got == 0 || (got < 0 && WSAGetLastError() != WSAEWOULDBLOCK);
+    return got == 0 || (got == SOCKET_ERROR && WSAGetLastError() != WSAEWOULDBLOCK);
 }
 
 /* There is no fork() on Windows: nothing to watch for. */
 static int hl_on_fork_in_child(void (*child)(void)) {
     (void)child;
     return 0;
+}
+
+/* The errors the engine reports are Winsock codes (WSAGetLastError(), SO_ERROR), which the C
+ * runtime's strerror() does not know ("Unknown error"): the system's message instead (English
+ * where installed), in a buffer of the calling thread, without the trailing period and newline. */
+#ifdef _MSC_VER
+#define HL_THREAD_LOCAL __declspec(thread)
+#else
+#define HL_THREAD_LOCAL __thread /* MinGW's gcc ignores __declspec(thread) */
+#endif
+static const char *hl_error_text(int error) {
+    static HL_THREAD_LOCAL char text[256];
+    const DWORD flags = FORMAT_MESSAGE_FROM_SYSTEM | FORMAT_MESSAGE_IGNORE_INSERTS;
+    DWORD length = FormatMessageA(flags, NULL, (DWORD)error, MAKELANGID(LANG_ENGLISH, SUBLANG_ENGLISH_US),
+                                  text, (DWORD)sizeof(text), NULL);
+    if (length == 0)
+        length = FormatMessageA(flags, NULL, (DWORD)error, 0, text, (DWORD)sizeof(text), NULL);
+    if (length == 0) {
+        snprintf(text, sizeof(text), "Windows error %d", error);
+        return text;
+    }
+    while (length > 0 && strchr("\r\n .", text[length - 1]) != NULL)
+        text[--length] = '\0';
+    return text;
 }
 
 #else
@@ -146,6 +180,15 @@ static void hl_set_noinherit(int fd) {
 #define HL_POLLRDHUP 0
 #endif
 
+#ifndef _WIN32
 static const char *hl_error_text(int error) { return strerror(error); }
+#endif
+
+/* The engine's socket type (SOCKET on Windows, above), and a hiredis context's socket as one:
+ * redisContext.fd is a redisFD (SOCKET on Windows) in hiredis 1.x and an int in 0.14. */
+#ifndef _WIN32
+typedef int hl_socket;
+#endif
+#define hl_context_fd(ctx) ((hl_socket)(ctx)->fd)
 
 #endif

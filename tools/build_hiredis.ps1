@@ -1,9 +1,10 @@
 # Windows counterpart of tools/build_hiredis.sh: a static hiredis (hiredis.lib, /MD) from the pinned,
 # checksummed release into $env:HIREDIS_PREFIX, with CMake and MSVC.
 #
-# NOT RUN YET: Windows wheels are not built (pyproject.toml skips "*-win*") until both engines run
-# on Windows; see docs/WHEELS.md. Meant for cibuildwheel's before-all on the Windows runners:
-#   before-all = "powershell -ExecutionPolicy Bypass -File {project}\tools\build_hiredis.ps1"
+# cibuildwheel's before-all on the Windows runner (pyproject.toml, [tool.cibuildwheel.windows]):
+#   before-all = "powershell -NoProfile -ExecutionPolicy Bypass -File {project}/tools/build_hiredis.ps1"
+# Not run on this project's own machines (Linux): the first windows-latest run of wheels.yml is its
+# test. tools/windows_cross_check.sh builds the same hiredis with CMake and MinGW-w64 (docs/WHEELS.md).
 # Same variables as build_hiredis.sh: HIREDIS_PREFIX (required), HIREDIS_VERSION, HIREDIS_SHA256,
 # HIREDIS_URL, HIREDIS_SOURCE (a local .tar.gz, checked against the same sha256).
 $ErrorActionPreference = "Stop"
@@ -13,7 +14,11 @@ $PinnedSha256 = "82ad632d31ee05da13b537c124f819eb88e18851d9cb0c30ae0552084811588
 
 function Fail($message) { Write-Error "build_hiredis.ps1: error: $message"; exit 1 }
 function Run($exe) {
-    & $exe @args
+    # Windows PowerShell 5.1 can turn a native program's stderr (CMake's warnings) into an error
+    # record, which "Stop" makes fatal: judge the program by its exit code only.
+    $saved = $ErrorActionPreference
+    $ErrorActionPreference = "Continue"
+    try { & $exe @args } finally { $ErrorActionPreference = $saved }
     if ($LASTEXITCODE -ne 0) { Fail "$exe $args failed ($LASTEXITCODE)" }
 }
 
@@ -62,9 +67,12 @@ try {
     }) -join "."
     if ($Found -ne $Version) { Fail "the tarball holds hiredis $Found, expected $Version" }
 
+    # Compared without line endings: a git checkout on Windows may have CRLF in LICENSE-hiredis.
     $License = Join-Path $PSScriptRoot "..\LICENSE-hiredis"
-    if ((Test-Path $License) -and ((Get-FileHash $License).Hash -ne (Get-FileHash (Join-Path $Src "COPYING")).Hash)) {
-        Fail "hiredis $Found's COPYING differs from LICENSE-hiredis: update LICENSE-hiredis"
+    if (Test-Path $License) {
+        $Ours = (Get-Content -Raw $License) -replace "`r`n", "`n"
+        $Theirs = (Get-Content -Raw (Join-Path $Src "COPYING")) -replace "`r`n", "`n"
+        if ($Ours -ne $Theirs) { Fail "hiredis $Found's COPYING differs from LICENSE-hiredis: update LICENSE-hiredis" }
     }
 
     $Build = Join-Path $Work "build"
