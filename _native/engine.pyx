@@ -842,7 +842,7 @@ cdef class NativeEngine:
             if m.slot_tail + cmd.n_items > m.slot_cap:
                 self._fail_master(i, CONN_ERROR, b"out of memory", now)
                 return
-            if m.ctx.obuf[0] == 0:
+            if m.ctx.obuf != NULL and m.ctx.obuf[0] == 0:
                 # Nothing queued before it (no login, no owed EVAL): the batch goes out straight
                 # from the engine's buffer, without a copy into libhiredis's.
                 self._send_batch(i, cmd, now)

@@ -15,7 +15,9 @@ command waiting when a sleep began is served, new commands included, the moment 
 ends, before the next sleep runs.  A SET sent in the last master_timeout of a sleep on all three
 masters at once can so be answered in time by a real majority.  Such an attempt rightly
 succeeds; for that kind only, a success is accepted when a majority of the masters is seen
-holding the lock's token (checked before the release), and reported as a note."""
+holding the lock's token (checked before the release), and reported as a note.  The check waits
+for the sleeping masters (up to two sleeps each, one after another), so that kind's locks get a
+5 s ttl: with 1 s their keys could expire before they are read."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from faults.oracles import keys_with_prefix
 from faults.scenario import Scenario
 from support import EXTRA_SLACK
 
-from hiredlock import HiredlockError, Outcome, QuorumUnreachable
+from hiredlock import HiredlockError, LockLost, Outcome, QuorumUnreachable
 
 pytest_plugins = ["faults.plugin"]
 
@@ -51,7 +53,7 @@ def test_majority_fault(engine, lab, fault):
         rl = scn.redlock(retry_count=RETRY_COUNT, retry_delay=RETRY_DELAY)
         for i in range(ATTEMPTS[engine]):
             blocking = i % BLOCKING_EVERY == BLOCKING_EVERY - 1
-            lock = rl.lock(f"{prefix}{i}", scn.ttl)
+            lock = rl.lock(f"{prefix}{i}", 5.0 if fault.kind == "debug_sleep" else scn.ttl)
             t0 = time.monotonic()
             try:
                 got = lock.acquire(blocking=blocking)
@@ -77,9 +79,15 @@ def test_majority_fault(engine, lab, fault):
                     scn.unc["ok"] += 1
                 try:
                     lock.release()
+                except LockLost:
+                    # the sleeping masters let the release round time out: expected there
+                    if not between_sleeps:
+                        problems.append(f"attempt {i}: release of a wrongly acquired lock")
                 except HiredlockError as exc:
-                    problems.append(f"attempt {i}: release of a wrongly acquired lock: {exc!r}")
-            if outcome != "QuorumUnreachable" and not between_sleeps:
+                    problems.append(f"attempt {i}: release failed: {exc!r}")
+            if between_sleeps:
+                pass
+            elif outcome != "QuorumUnreachable":
                 problems.append(f"attempt {i}: {outcome}")
             else:
                 scn.unc["errors"]["QuorumUnreachable"] = (
