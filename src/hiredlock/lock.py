@@ -27,11 +27,13 @@ if TYPE_CHECKING:
     from .redlock import Redlock
 
 _OK = int(_scripts.Outcome.OK)
+_RELEASE = _scripts.RELEASE
+_TOKEN_BYTES = _scripts.TOKEN_BYTES
 
 
 def new_token() -> bytes:
     """20 bytes from the OS CSPRNG (fork-safe: no user-space state), as 40 hex characters."""
-    return hexlify(urandom(_scripts.TOKEN_BYTES))
+    return hexlify(urandom(_TOKEN_BYTES))
 
 
 _log = logging.getLogger("hiredlock")
@@ -270,7 +272,7 @@ class Lock(WithStatement):
 
     def _attempt(self) -> bool:
         """One attempt; on failure every master is unlocked and the votes are kept."""
-        token = new_token()
+        token = hexlify(urandom(_TOKEN_BYTES))  # new_token(), without its frame
         start = time.monotonic_ns()
         if self._fencing:
             failed, fence = self._fenced_rounds(token, start)
@@ -311,7 +313,10 @@ class Lock(WithStatement):
             acquisition = self._acquisition
         self._last_votes = ()
         self._last_codes = None
-        self._redlock._holding(self, True)
+        if self._registry_ref is None:
+            self._redlock._holding(self, True)  # makes the weak reference, once
+        else:
+            self._redlock._held[id(self)] = self._registry_ref
         if self._auto_renew:
             self._redlock._watchdog().watch(self, acquisition, start + self._renew_interval_ns())
 
@@ -360,10 +365,11 @@ class Lock(WithStatement):
     def release(self) -> None:
         """Unlocks every master. Raises LockLost if fewer than a quorum still held our token."""
         token, lost = self._let_go()
-        result = self._redlock._release_tokens(((self._key, token),), self._timeout_ms)[0]
-        error = self._released(result, lost)
-        if error is not None:
-            raise error
+        redlock = self._redlock
+        # Redlock._release_tokens, without its frame (this is half of every lock cycle)
+        result = redlock._script(_RELEASE, 1, ((self._key, token),), self._timeout_ms, True)[0]
+        if lost or result[0].count(_OK) < redlock._quorum:
+            raise self._released(result, lost)
 
     def _let_go(self) -> tuple[bytes, bool]:
         """Forgets the token (no renewal follows); returns it and whether the lock was lost."""
@@ -377,7 +383,7 @@ class Lock(WithStatement):
             self._fence = None
             self._valid_until_ns = 0
             self._acquisition += 1  # the watchdog drops this acquisition's renewals
-        self._redlock._holding(self, False)
+        self._redlock._held.pop(id(self), None)  # Redlock._holding(self, False), inlined
         return token, lost
 
     def _released(self, result: RoundResult, lost: bool) -> Optional[LockLost]:
