@@ -13,12 +13,23 @@ A call returns one RoundResult per key:
     values:     with want_values, the integer reply of each master (0 where there was none),
                 else None
 
-Stop rules: with wait_all False the round ends once every key is decided; with wait_all True once
-every master has answered every command, except masters that still owed replies to an earlier round
-(they were slow then): their commands are queued behind those replies but not waited for, so one
-stopped master does not cost every release its full timeout. Either way a round ends at timeout_ms.
+Stop rules: with wait_all False the round ends once every key is decided. With wait_all True it
+also waits, once every key is decided, for every master that is keeping up to answer every command;
+masters that still owed replies to an earlier round (they were slow then), or whose connection was
+still opening since an earlier round, get the commands but are not waited for once the outcome is
+decided: one stopped master does not cost every release its full timeout. While a key is undecided,
+every master that may still answer is waited for (lagging ones included): skipping a master whose
+answer can change the outcome would be a false failure. Either way a master is waited for at most
+timeout_ms, or, when its connection opens in this round, at most max(timeout_ms,
+CONNECT_TIMEOUT_MIN_MS) from the round's start.
+
 Replies that arrive after a round ended are read and thrown away by a later round (they are never
-taken for the answer to a later command), or the connection is dropped.
+taken for the answer to a later command), or the connection is dropped. That holds whatever ends a
+round: an exception raised in the middle of one (KeyboardInterrupt, a signal handler's exception)
+leaves every reply still owed accounted for, or the connection closed, before it propagates.
+
+Host names are never resolved inside a round (see _resolver.py): a master whose name has no
+address yet votes CONN_ERROR with the reason.
 """
 
 from __future__ import annotations

@@ -112,6 +112,15 @@ MASTER_TIMEOUT_MAX_MS = 50.0
 RECONNECT_BACKOFF_MIN_MS = 10
 RECONNECT_BACKOFF_MAX_MS = 500
 
+# A connection opened in a round has at least this long from the round's start to connect, log in
+# and answer, whatever the per-master timeout: a new connection (slowed by a busy GIL, say) must not
+# cost a healthy master its vote. Masters connected before the round keep the per-master timeout.
+CONNECT_TIMEOUT_MIN_MS = 100.0
+
+# The largest reply a lock command may get (a lock reply is a few bytes; INSPECT an integer): a
+# larger one fails that master's vote and drops its connection.
+MAX_REPLY_BYTES = 64 * 1024
+
 # A connection that owes this many replies to abandoned rounds is dropped rather than drained.
 MAX_STALE_REPLIES = 256
 
