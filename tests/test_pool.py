@@ -1,0 +1,96 @@
+"""The engine pool gives connections back after a burst of threads, and a forked child closes the
+sockets it inherited."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+from features_support import MT, lib_addrs
+from support import urls, wait_until
+
+from hiredlock import _pool
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _burst(rl, name: str, threads: int) -> None:
+    """`threads` threads each take and release a lock at the same moment (each needs an engine)."""
+    barrier = threading.Barrier(threads)
+    errors: list = []
+
+    def work(index: int) -> None:
+        try:
+            lock = rl.lock(f"{name}:{index}", 5)
+            barrier.wait(10)
+            assert lock.acquire(timeout=10)
+            barrier.wait(10)  # every thread holds its engine's connections at once here
+            lock.release()
+        except BaseException as exc:
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(30)
+    assert not errors, errors
+
+
+def test_a_burst_of_threads_leaves_at_most_max_idle_connections(
+    engine, make_redlock, masters5, key
+):
+    fds_before = _open_fds()
+    rl = make_redlock(urls(masters5), master_timeout=MT)
+    _burst(rl, key, 20)
+    grown = _open_fds() - fds_before
+    assert grown <= _pool.MAX_IDLE * len(masters5) + 2, f"{grown} fds kept after the burst"
+    per_master = {port: len(addrs) for port, addrs in lib_addrs(masters5).items()}
+    assert all(count <= _pool.MAX_IDLE for count in per_master.values()), per_master
+
+
+def test_idle_engines_beyond_one_are_closed_after_their_lifetime(
+    engine, make_redlock, masters5, key, monkeypatch
+):
+    monkeypatch.setattr(_pool, "IDLE_LIFETIME_S", 0.2)
+    rl = make_redlock(urls(masters5[:3]), master_timeout=MT)
+    _burst(rl, key, 8)
+    assert max(len(a) for a in lib_addrs(masters5[:3]).values()) > 1
+    lock = rl.lock(key, 5)
+    deadline = time.monotonic() + 10
+    # One thread keeps calling: the idle engines it never needs go, down to the one it uses.
+    while time.monotonic() < deadline:
+        assert lock.acquire(blocking=False)
+        lock.release()
+        if all(len(a) == 1 for a in lib_addrs(masters5[:3]).values()):
+            break
+        time.sleep(0.05)
+    counts = {port: len(addrs) for port, addrs in lib_addrs(masters5[:3]).items()}
+    assert all(count == 1 for count in counts.values()), counts
+
+
+@pytest.mark.fork
+def test_a_forked_child_closes_the_sockets_it_inherited(engine, make_redlock, masters5, key):
+    rl = make_redlock(urls(masters5[:3]), master_timeout=MT)
+    lock = rl.lock(key, 30)
+    assert lock.acquire(blocking=False)
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            before = _open_fds()
+            rl.close()
+            os.write(write_fd, f"{before} {_open_fds()}".encode())
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    os.waitpid(pid, 0)
+    before, after = map(int, os.read(read_fd, 100).split())
+    os.close(read_fd)
+    assert before - after >= 3, f"the child closed {before - after} inherited sockets, not 3"
+    wait_until(lambda: lock.held, 1, "the parent still holds its lock")
+    lock.release()  # the parent's connections still work
