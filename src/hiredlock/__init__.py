@@ -9,10 +9,12 @@ with Redlock(["redis://127.0.0.1:6379/0", ...]) as redlock:
 from ._backend import available_backends
 from ._config import MasterSpec
 from ._errors import (
+    AlreadyAcquired,
     EngineUnavailable,
     HiredlockError,
     LockLost,
     LockNotAcquired,
+    MasterConfigError,
     NotHeld,
     QuorumUnreachable,
     TooManyExtensions,
@@ -30,12 +32,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "MAX_TTL",
+    "AlreadyAcquired",
     "EngineUnavailable",
     "HiredlockError",
     "KeyState",
     "Lock",
     "LockLost",
     "LockNotAcquired",
+    "MasterConfigError",
     "MasterSpec",
     "NotHeld",
     "Outcome",

@@ -41,6 +41,12 @@ class QuorumUnreachable(LockNotAcquired):
     """Masters failed (timeouts, connection errors, error replies) so no quorum could answer."""
 
 
+class MasterConfigError(QuorumUnreachable):
+    """Too many masters refused us for configuration, not for an outage: a wrong password
+    (WRONGPASS), none given where one is required (NOAUTH), or an ACL that forbids the lock's
+    commands or keys (NOPERM). Retrying cannot help, so acquire raises it at once."""
+
+
 class LockLost(_VotesError):
     """Release or extend found the lock no longer held by a quorum of masters."""
 
@@ -51,6 +57,10 @@ class TooManyExtensions(HiredlockError):
 
 class NotHeld(HiredlockError, RuntimeError):
     """Release or extend of a lock this object does not hold (never acquired, or released)."""
+
+
+class AlreadyAcquired(HiredlockError, RuntimeError):
+    """acquire() of a Lock object that holds its lock already (make another Lock, or an RLock)."""
 
 
 class EngineUnavailable(HiredlockError, ImportError):

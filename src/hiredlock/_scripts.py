@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import re
 from typing import NamedTuple, Optional
 
 
@@ -60,6 +61,10 @@ INSPECT = _script(
     "if kind == 'string' and redis.call('get', KEYS[1]) == ARGV[1] then ours = 1 end "
     "return (redis.call('pttl', KEYS[1]) + 2) * 4 + ours * 2 + 1"
 )
+
+# Deletes a key (a fence counter being retired). Returns 1 whether or not it existed, so that an
+# answer counts as OK.
+DELETE_KEY = _script("redis.call('del', KEYS[1]) return 1")
 
 # Where the fencing counter of a lock name lives (no ttl: it must outlive every holder).
 FENCE_KEY_PREFIX = b"hiredlock:fence:"
@@ -146,3 +151,35 @@ def validity_ms(ttl_ms: float, elapsed_ms: float, drift_factor: float) -> float:
 
 def default_master_timeout_ms(ttl_ms: float) -> float:
     return min(MASTER_TIMEOUT_MAX_MS, max(MASTER_TIMEOUT_MIN_MS, ttl_ms * MASTER_TIMEOUT_FRACTION))
+
+
+# Error replies that say the client is misconfigured (a wrong password, none where one is needed,
+# an ACL that forbids our commands or keys), not that the master is down.
+_CONFIG_ERROR = re.compile(r"\b(WRONGPASS|NOAUTH|NOPERM)\b")
+
+
+def is_config_error(detail: Optional[str]) -> bool:
+    return detail is not None and _CONFIG_ERROR.search(detail) is not None
+
+
+# A failed renewal is tried again after an eighth of the validity left, within these bounds.
+RENEW_RETRY_MIN_MS = 10.0
+RENEW_RETRY_MAX_MS = 250.0
+
+
+def renewal_retry_ns(
+    codes: bytes, n_quorum: int, now_ns: int, valid_until_ns: int, timeout_ms: float
+) -> Optional[int]:
+    """When to try a failed renewal again, or None when the lock is lost.
+
+    Lost: a majority answered that the key is not ours (TAKEN: an extend never revives a key), or
+    the validity left could not hold another round (a wait, then up to two per-master timeouts:
+    the connect allowance of a master that reconnects aside).
+    """
+    if codes.count(Outcome.TAKEN) > len(codes) - n_quorum:
+        return None
+    remaining_ns = valid_until_ns - now_ns
+    delay_ns = int(min(RENEW_RETRY_MAX_MS, max(RENEW_RETRY_MIN_MS, remaining_ns / 8e6)) * 1_000_000)
+    if delay_ns + 2 * timeout_ms * 1_000_000 >= remaining_ns:
+        return None
+    return now_ns + delay_ns

@@ -21,7 +21,8 @@ class Watchdog:
 
     Entries hold the lock weakly: a Lock object nobody references any more is not kept alive
     (nor renewed) by the watchdog. The thread starts with the first watched lock and ends in
-    close(), which waits for it.
+    close(), which waits for it. A forked child never uses its parent's watchdog (its thread
+    does not exist there): the Redlock makes the child a new one.
     """
 
     def __init__(self, name: str) -> None:
@@ -32,17 +33,24 @@ class Watchdog:
         self._thread: Optional[threading.Thread] = None
         self._closed = False
 
-    def watch(self, lock: Lock, acquisition: int, due_ns: int) -> None:
+    def watch(self, lock: Lock, acquisition: int, due_ns: int) -> bool:
+        """Schedules a renewal; False when none can run (closed, or no thread could start)."""
         with self._wakeup:
             if self._closed:
-                return
+                return False
             heapq.heappush(self._due, (due_ns, next(self._seq), weakref.ref(lock), acquisition))
             if self._thread is None:
-                self._thread = threading.Thread(
+                thread = threading.Thread(
                     target=self._run, name=f"hiredlock-watchdog-{self._name}", daemon=True
                 )
-                self._thread.start()
+                try:
+                    thread.start()
+                except RuntimeError:  # "can't start new thread": out of threads or shutting down
+                    self._due.clear()
+                    return False
+                self._thread = thread
             self._wakeup.notify()
+            return True
 
     def close(self) -> None:
         """Stops renewing and waits for the thread (a renewal in flight finishes first)."""

@@ -11,13 +11,15 @@ from binascii import hexlify
 from os import urandom
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from . import _config, _scripts
+from . import _config, _fork, _scripts
 from ._config import Duration
 from ._contract import RoundResult
 from ._errors import (
+    AlreadyAcquired,
     HiredlockError,
     LockLost,
     LockNotAcquired,
+    MasterConfigError,
     NotHeld,
     QuorumUnreachable,
     TooManyExtensions,
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from .redlock import Redlock
 
 _OK = int(_scripts.Outcome.OK)
+_TAKEN = int(_scripts.Outcome.TAKEN)
 _RELEASE = _scripts.RELEASE
 _TOKEN_BYTES = _scripts.TOKEN_BYTES
 
@@ -55,6 +58,8 @@ class WithStatement:
         return self
 
     def __exit__(self: Any, exc_type: Any, exc: Any, traceback: Any) -> None:
+        if self._held_by_parent():
+            return  # forked inside the block: the lock is the parent's, the child sends nothing
         if exc_type is None:
             self.release()
             return
@@ -81,6 +86,7 @@ class Lock(WithStatement):
         "_extensions",
         "_fence",
         "_fencing",
+        "_generation",
         "_key",
         "_last_codes",
         "_last_votes",
@@ -141,6 +147,7 @@ class Lock(WithStatement):
         )
         self._fencing = fencing if fencing is False else _config.flag(fencing, "fencing")
         self._mutex = threading.Lock()
+        self._generation = _fork._generation  # the process (see _fork) this state belongs to
         self._token: Optional[bytes] = None
         self._valid_until_ns = 0
         self._acquired_at_ns = 0
@@ -173,11 +180,14 @@ class Lock(WithStatement):
     def token(self) -> Optional[str]:
         """This holder's random token (40 hex characters) while acquired, else None."""
         token = self._token
-        return None if token is None else token.decode()
+        if token is None or self._generation != _fork._generation:
+            return None
+        return token.decode()
 
     @property
     def lost(self) -> threading.Event:
         """Set when the lock is found lost while held (a failed renewal or extend)."""
+        self._this_process()
         event = self._lost_event
         if event is None:
             with self._mutex:  # one Event, even when the watchdog asks at the same time
@@ -189,12 +199,12 @@ class Lock(WithStatement):
     @property
     def fence(self) -> Optional[int]:
         """With fencing=True: a number larger than every earlier holder's, while held."""
-        return self._fence
+        return self._fence if self._generation == _fork._generation else None
 
     @property
     def validity(self) -> float:
         """Seconds the lock is still guaranteed to be ours (0.0 when not held or lost)."""
-        if self._token is None or self._lost:
+        if self._token is None or self._lost or self._generation != _fork._generation:
             return 0.0
         return max(0.0, (self._valid_until_ns - time.monotonic_ns()) / 1e9)
 
@@ -213,16 +223,45 @@ class Lock(WithStatement):
         """The masters' votes in this lock's last failed round."""
         return self._last_votes
 
+    # -- fork ----------------------------------------------------------------------------------
+
+    def _held_by_parent(self) -> bool:
+        """True in a forked child for a lock its parent held at the fork (and forgets it here)."""
+        if self._generation == _fork._generation:
+            return False
+        held = self._token is not None
+        self._this_process()
+        return held
+
+    def _this_process(self) -> None:
+        """In a forked child, the first touch forgets what the parent held: the lock is the
+        parent's, and nothing the child does may send anything for it. The mutex is new: a parent
+        thread (the watchdog, say) may have held it at the fork, and it would never be let go."""
+        if self._generation == _fork._generation:
+            return
+        self._mutex = threading.Lock()
+        self._lost_event = None
+        self._token = None
+        self._lost = False
+        self._fence = None
+        self._valid_until_ns = 0
+        self._acquisition += 1
+        self._registry_ref = None
+        self._generation = _fork._generation
+
     # -- acquire -------------------------------------------------------------------------------
 
     def acquire(self, blocking: bool = True, timeout: Optional[Duration] = None) -> bool:
         """Acquires the lock; True once held by a valid quorum.
 
         blocking=False tries once. blocking=True retries, after a random delay around the Redlock's
-        retry_delay, while the lock is held by others: forever when timeout is None, else until
-        `timeout` seconds have passed (an overall deadline on the monotonic clock). Returns False
-        when the lock stayed taken. Raises QuorumUnreachable when too few masters answered,
-        after retry_count attempts in a row (at once when blocking=False).
+        retry_delay, while the lock is held by others: until `timeout` seconds have passed (an
+        overall deadline on the monotonic clock), or the lock's blocking_timeout when timeout is
+        None, or for ever when both are None. Returns False when the lock stayed taken. Raises
+        QuorumUnreachable when too few masters answered, after retry_count attempts in a row (at
+        once when blocking=False), MasterConfigError at once when too many masters refused us for
+        a wrong password or missing permissions, and AlreadyAcquired when this Lock object holds
+        the lock already. A lock that expired or was lost can be acquired again.
         """
         if blocking is not True and blocking is not False:
             _config.flag(blocking, "blocking")
@@ -234,8 +273,16 @@ class Lock(WithStatement):
             if wait_ms < 0:
                 raise ValueError(f"timeout must be >= 0 or None, got {timeout!r}")
             deadline_ns = time.monotonic_ns() + int(wait_ms * 1_000_000)
-        if self._token is not None and not self._lost:
-            raise HiredlockError(f"lock {self._name!r} is already acquired by this Lock object")
+        elif blocking and self._blocking_timeout is not None:
+            deadline_ns = time.monotonic_ns() + int(self._blocking_timeout * 1e9)
+        if self._generation != _fork._generation:
+            self._this_process()
+        if self._token is not None:
+            if self.validity > 0.0:
+                raise AlreadyAcquired(
+                    f"lock {self._name!r} is already acquired by this Lock object"
+                )
+            self._forget_expired()
         redlock = self._redlock
         unreachable_in_a_row = 0
         while True:
@@ -245,6 +292,7 @@ class Lock(WithStatement):
                 self._last_codes, redlock.quorum
             ):
                 unreachable_in_a_row += 1
+                self._raise_on_config_errors()
             else:
                 unreachable_in_a_row = 0
             if unreachable_in_a_row and (
@@ -270,26 +318,68 @@ class Lock(WithStatement):
                 delay = min(delay, remaining)
             time.sleep(delay)
 
+    def _forget_expired(self) -> None:
+        """A lock whose validity ran out (or that was lost) is let go locally before a new
+        acquire: its keys expire with their ttl, and its renewals stop."""
+        with self._mutex:
+            self._token = None
+            self._lost = False
+            self._fence = None
+            self._valid_until_ns = 0
+            self._acquisition += 1
+            self._redlock._held.pop(id(self), None)
+
+    def _raise_on_config_errors(self) -> None:
+        """WRONGPASS, NOAUTH and NOPERM are not an outage: when too many masters said so for a
+        quorum to be possible without them, waiting and retrying cannot help."""
+        refused = [vote for vote in self._last_votes if _scripts.is_config_error(vote.detail)]
+        redlock = self._redlock
+        if len(refused) > len(redlock.masters) - redlock.quorum:
+            raise MasterConfigError(
+                f"lock {self._name!r}: {len(refused)} of {len(redlock.masters)} masters refused "
+                "the credentials or permissions (check the password, user and ACLs)",
+                self._last_votes,
+            )
+
     def _attempt(self) -> bool:
-        """One attempt; on failure every master is unlocked and the votes are kept."""
+        """One attempt; on failure every master is unlocked and the votes are kept.
+
+        An exception in the middle (Ctrl-C, a signal handler's exception) must not leave our
+        token on the masters for the whole ttl: the unlock is sent first, then it propagates.
+        """
         token = hexlify(urandom(_TOKEN_BYTES))  # new_token(), without its frame
         start = time.monotonic_ns()
-        if self._fencing:
-            failed, fence = self._fenced_rounds(token, start)
-        else:
-            result = self._redlock._set_nx((self._key,), (token,), self._ttl_ms, self._timeout_ms)[
-                0
-            ]
-            failed = self._refusal(result, result[1])
-            fence = None
-        if failed is not None:
-            self._redlock._release_tokens(
-                ((self._key, token),), self._timeout_ms, after_failed_attempt=True
-            )
-            self._refused(failed)
-            return False
-        self._took(token, start, fence)
-        return True
+        try:
+            if self._fencing:
+                failed, fence = self._fenced_rounds(token, start)
+            else:
+                result = self._redlock._set_nx(
+                    (self._key,), (token,), self._ttl_ms, self._timeout_ms
+                )[0]
+                failed = self._refusal(result, result[1])
+                fence = None
+            if failed is None:
+                self._took(token, start, fence)
+                return True
+        except BaseException:
+            self._unlock_after_interrupt(token)
+            raise
+        self._redlock._release_tokens(
+            ((self._key, token),), self._timeout_ms, after_failed_attempt=True
+        )
+        self._refused(failed)
+        return False
+
+    def _unlock_after_interrupt(self, token: bytes) -> None:
+        """Sends the unlock for `token` to every master (one round, bounded by the per-master
+        timeout), and forgets the lock if it was already taken. Best effort: a failure here is
+        logged, and the interrupt that brought us here is what the caller sees."""
+        if self._token == token:
+            self._let_go()
+        try:
+            self._redlock._release_tokens(((self._key, token),), self._timeout_ms)
+        except Exception as exc:
+            _log.warning("hiredlock: unlocking %r after an interrupt failed: %s", self._name, exc)
 
     def _refused(self, failed: RoundResult) -> None:
         """Keeps the votes of a failed attempt (the caller has unlocked every master)."""
@@ -317,8 +407,10 @@ class Lock(WithStatement):
             self._redlock._holding(self, True)  # makes the weak reference, once
         else:
             self._redlock._held[id(self)] = self._registry_ref
-        if self._auto_renew:
-            self._redlock._watchdog().watch(self, acquisition, start + self._renew_interval_ns())
+        if self._auto_renew and not self._redlock._watchdog().watch(
+            self, acquisition, start + self._renew_interval_ns()
+        ):
+            self._mark_lost(acquisition, "renewal cannot run: the Redlock is closed")
 
     def _refusal(self, result: RoundResult, elapsed_ns: int) -> Optional[RoundResult]:
         """None when `result` is a valid quorum (elapsed counted from the first round's start)."""
@@ -363,16 +455,28 @@ class Lock(WithStatement):
     # -- release and extend ----------------------------------------------------------------------
 
     def release(self) -> None:
-        """Unlocks every master. Raises LockLost if fewer than a quorum still held our token."""
-        token, lost = self._let_go()
+        """Unlocks every master. Raises LockLost if fewer than a quorum still held our token.
+
+        An interrupt (Ctrl-C) in the middle still sends the unlock before it propagates. In a
+        forked child, a lock its parent held is not held (NotHeld), and nothing is sent.
+        """
+        token = None
         redlock = self._redlock
-        # Redlock._release_tokens, without its frame (this is half of every lock cycle)
-        result = redlock._script(_RELEASE, 1, ((self._key, token),), self._timeout_ms, True)[0]
+        try:
+            token, lost = self._let_go()
+            # Redlock._release_tokens, without its frame (this is half of every lock cycle)
+            result = redlock._script(_RELEASE, 1, ((self._key, token),), self._timeout_ms, True)[0]
+        except BaseException:
+            if token is not None:  # interrupted after letting go: the unlock still goes out
+                self._unlock_after_interrupt(token)
+            raise
         if lost or result[0].count(_OK) < redlock._quorum:
             raise self._released(result, lost)
 
     def _let_go(self) -> tuple[bytes, bool]:
         """Forgets the token (no renewal follows); returns it and whether the lock was lost."""
+        if self._generation != _fork._generation:
+            self._this_process()
         with self._mutex:
             token = self._token
             if token is None:
@@ -409,18 +513,25 @@ class Lock(WithStatement):
                 f"lock {self._name!r} was extended {self._extensions} times already "
                 f"(max_extensions={self._max_extensions})"
             )
+        self._this_process()
         with self._mutex:
             if self._token is None or self._lost:
                 raise NotHeld(f"lock {self._name!r} is not held by this Lock object")
-            error = self._extend_round(timing)
-            if error is None:
+            failed = self._extend_round(timing)
+            if failed is None:
                 self._extensions += 1
-        if error is not None:
+            else:
+                self._lost = True
+        if failed is not None:
+            error = LockLost(
+                f"lock {self._name!r} could not be extended on a quorum", self._last_votes
+            )
             self._notify_lost()
             raise error
 
-    def _extend_round(self, timing: Optional[tuple[int, float, float]]) -> Optional[LockLost]:
-        """One extend round, under the mutex; on failure marks the lock lost, returns the error."""
+    def _extend_round(self, timing: Optional[tuple[int, float, float]]) -> Optional[RoundResult]:
+        """One extend round, under the mutex: None when it counted (the validity is moved on),
+        else the failed round (its votes are kept)."""
         ttl_ms, timeout_ms, drift = timing or (self._ttl_ms, self._timeout_ms, self._drift_ms)
         redlock = self._redlock
         start = time.monotonic_ns()
@@ -437,9 +548,8 @@ class Lock(WithStatement):
         if codes.count(_OK) >= redlock.quorum and ttl_ms - elapsed_ns / 1e6 - drift > 0:
             self._valid_until_ns = start + int((ttl_ms - drift) * 1_000_000)
             return None
-        self._lost = True
         self._last_votes = redlock._votes(result)
-        return LockLost(f"lock {self._name!r} could not be extended on a quorum", self._last_votes)
+        return result
 
     def _notify_lost(self) -> None:
         self.lost.set()
@@ -449,13 +559,29 @@ class Lock(WithStatement):
             except Exception:
                 _log.exception("hiredlock: the on_lost callback of %r raised", self._name)
 
+    def _mark_lost(self, acquisition: int, why: str) -> None:
+        """Marks this acquisition lost (if it is still the current one) and tells the owner."""
+        with self._mutex:
+            if acquisition != self._acquisition or self._token is None:
+                return
+            self._lost = True
+        _log.warning("hiredlock: lost %r: %s", self._name, why)
+        self._notify_lost()
+
     # -- auto-renewal (called by the watchdog thread) ----------------------------------------------
 
     def _renew_interval_ns(self) -> int:
         return self._ttl_ms * 1_000_000 // 3
 
     def _renew(self, acquisition: int) -> Optional[int]:
-        """Extends the lock if it is still this acquisition's; returns when to renew next."""
+        """Extends the lock if it is still this acquisition's; returns when to renew next.
+
+        A failed renewal is retried while the validity left allows another round (see
+        _scripts.renewal_retry_ns); the lock is marked lost only when a majority said the key is
+        not ours any more, or when no renewal can finish in time.
+        """
+        if self._generation != _fork._generation:
+            return None  # a parent's watchdog entry: never renewed in a child
         with self._mutex:
             if acquisition != self._acquisition or self._token is None or self._lost:
                 return None
@@ -470,12 +596,24 @@ class Lock(WithStatement):
             now = time.monotonic_ns()
             if self._max_hold_ns is not None and now - self._acquired_at_ns >= self._max_hold_ns:
                 return None
-            error = self._extend_round(None)
-        if error is not None:
-            _log.warning("hiredlock: lost %r: %s", self._name, error)
-            self._notify_lost()
-            return None
-        return now + self._renew_interval_ns()
+            failed = self._extend_round(None)
+            if failed is None:
+                return now + self._renew_interval_ns()
+            end = time.monotonic_ns()
+            retry_at = _scripts.renewal_retry_ns(
+                failed[0], self._redlock.quorum, end, self._valid_until_ns, self._timeout_ms
+            )
+            if retry_at is not None:
+                _log.info("hiredlock: renewing %r failed; retrying while it is valid", self._name)
+                return retry_at
+            self._lost = True
+        _log.warning(
+            "hiredlock: lost %r: could not be extended on a quorum [%s]",
+            self._name,
+            "; ".join(str(vote) for vote in self._last_votes),
+        )
+        self._notify_lost()
+        return None
 
     def __repr__(self) -> str:
         state = "held" if self.held else ("lost" if self._lost else "unlocked")

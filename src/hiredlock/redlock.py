@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import threading
 import time
@@ -10,10 +11,10 @@ import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any, Callable, NamedTuple, Optional, TypeVar, Union
 
-from . import _backend, _config, _scripts
+from . import _backend, _config, _fork, _scripts
 from ._config import Duration, MasterLike, MasterSpec
 from ._contract import RoundResult
-from ._errors import LockLost, NotHeld, QuorumUnreachable, Vote
+from ._errors import HiredlockError, LockLost, NotHeld, QuorumUnreachable, Vote
 from ._pool import EnginePool
 from ._scripts import Outcome
 from ._watchdog import Watchdog
@@ -87,6 +88,7 @@ class Redlock:
         self._timings: dict[tuple, tuple[int, float, float]] = {}
         self._renewer: Optional[Watchdog] = None
         self._closed = False
+        self._generation = _fork._generation  # the process (see _fork) the state above is of
 
     # -- public ------------------------------------------------------------------------------
 
@@ -239,6 +241,9 @@ class Redlock:
     ) -> Callable[[_F], _F]:
         """Decorator: the function runs only while holding the lock `name`.
 
+        Coroutine, generator and async generator functions are refused (TypeError): their body
+        runs after the call returns, when this lock would be released already.
+
         `name` may be a callable taking the function's arguments and returning the lock name,
         e.g. `lambda order_id: f"order:{order_id}"`. The lock is released when the function
         returns or raises; LockNotAcquired is raised if it cannot be had within blocking_timeout.
@@ -256,6 +261,8 @@ class Redlock:
             make(name)
 
         def decorate(func: _F) -> _F:
+            _refuse_lazy_bodies(func)
+
             @functools.wraps(func)
             def locked_call(*args: Any, **kwargs: Any) -> Any:
                 with make(name(*args, **kwargs) if callable(name) else name):
@@ -264,6 +271,26 @@ class Redlock:
             return locked_call  # type: ignore[return-value]
 
         return decorate
+
+    def delete_fence_counter(self, name: str | bytes) -> None:
+        """Deletes the fencing counter of `name` on every master (one small key each, kept
+        without a ttl so that fences only grow). Call it when the resource is retired: a fenced
+        lock taken on `name` afterwards starts counting again from 1. Refused while this Redlock
+        holds the lock; raises QuorumUnreachable if fewer than a quorum answered.
+        """
+        key = _config.lock_name(name)
+        if self._token_held_for(key):
+            raise HiredlockError(f"lock {name!r} is held by this Redlock: release it first")
+        timeout_ms = self.master_timeout_ms(_scripts.MAX_TTL_MS)
+        result = self._script(
+            _scripts.DELETE_KEY, 1, ((_scripts.fence_key(key),),), timeout_ms, wait_all=True
+        )[0]
+        answered = len(result[0]) - sum(result[0].count(code) for code in _scripts.FAILURES)
+        if answered < self._quorum:
+            raise QuorumUnreachable(
+                f"the fence counter of {name!r} could not be deleted on a quorum",
+                self._votes(result),
+            )
 
     def locked(self, name: str | bytes) -> bool:
         """True if a majority of the masters hold a key for `name` (anyone's lock)."""
@@ -303,6 +330,7 @@ class Redlock:
         The watchdog thread has ended when close() returns. Releasing is best effort: a lock
         whose release fails stays on the masters until its ttl.
         """
+        self._this_process()
         with self._state_mutex:
             if self._closed:
                 return
@@ -437,7 +465,18 @@ class Redlock:
         self._timings[cache_key] = timing = (ttl_ms, timeout_ms, drift)
         return timing
 
+    def _this_process(self) -> None:
+        """In a forked child: the parent's held locks are not ours to release or renew, and the
+        parent's watchdog (whose thread does not exist here) and mutex are replaced."""
+        if self._generation == _fork._generation:
+            return
+        self._state_mutex = threading.Lock()
+        self._held = {}
+        self._renewer = None
+        self._generation = _fork._generation
+
     def _watchdog(self) -> Watchdog:
+        self._this_process()
         with self._state_mutex:
             if self._renewer is None and not self._closed:
                 self._renewer = Watchdog(hex(id(self)))
@@ -450,6 +489,20 @@ class Redlock:
             Vote(name, Outcome(code), details.get(index))
             for index, (name, code) in enumerate(zip(self._master_names, codes))
         )
+
+
+def _refuse_lazy_bodies(func: Callable[..., Any]) -> None:
+    """A call to these returns an object whose body runs later, unlocked: refuse them."""
+    for kind, test in (
+        ("coroutine function", inspect.iscoroutinefunction),
+        ("async generator function", inspect.isasyncgenfunction),
+        ("generator function", inspect.isgeneratorfunction),
+    ):
+        if test(func):
+            raise TypeError(
+                f"synchronized cannot wrap {getattr(func, '__qualname__', func)!r}: it is a "
+                f"{kind}, whose body would run after the lock is released"
+            )
 
 
 _CLOSED_WATCHDOG = Watchdog("closed")

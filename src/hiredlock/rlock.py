@@ -6,7 +6,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
-from . import _config
+from . import _config, _fork
 from ._config import Duration
 from ._errors import NotHeld
 from .lock import Lock, WithStatement
@@ -32,6 +32,25 @@ class RLock(WithStatement):
         self._count = 0
         self._lock: Optional[Lock] = None
         self._last_votes: tuple = ()
+        self._generation = _fork._generation
+
+    def _held_by_parent(self) -> bool:
+        """True in a forked child for an RLock its parent owned at the fork (forgotten here)."""
+        if self._generation == _fork._generation:
+            return False
+        owned = self._owner is not None
+        self._this_process()
+        return owned
+
+    def _this_process(self) -> None:
+        """In a forked child the parent's ownership is void, and the gate (which a parent thread
+        may have held at the fork) is replaced."""
+        if self._generation != _fork._generation:
+            self._gate = threading.Lock()
+            self._owner = None
+            self._count = 0
+            self._lock = None
+            self._generation = _fork._generation
 
     @property
     def name(self) -> str | bytes:
@@ -50,17 +69,21 @@ class RLock(WithStatement):
     @property
     def count(self) -> int:
         """How many times the owning thread acquired it (0 when not owned)."""
-        return self._count
+        return self._count if self._generation == _fork._generation else 0
 
     def acquire(self, blocking: bool = True, timeout: Optional[Duration] = None) -> bool:
-        """As Lock.acquire; returns True at once (counting) when this thread owns it already."""
+        """As Lock.acquire (blocking_timeout bounds it when timeout is None); returns True at once
+        (counting) when this thread owns it already."""
         _config.flag(blocking, "blocking")
+        self._this_process()
         me = threading.get_ident()
         if self._owner == me:
             self._count += 1
             return True
         if timeout is not None and not blocking:
             raise ValueError("timeout cannot be given with blocking=False")
+        if timeout is None and blocking:
+            timeout = self._blocking_timeout
         wait_s = None if timeout is None else _config.non_negative_seconds(timeout, "timeout")
         start = time.monotonic()
         if not self._gate.acquire(blocking, -1 if wait_s is None else wait_s):
@@ -83,6 +106,7 @@ class RLock(WithStatement):
 
     def release(self) -> None:
         """Counts down; the owner's last release unlocks the masters (LockLost as Lock.release)."""
+        self._this_process()
         if self._owner != threading.get_ident():
             raise NotHeld(f"lock {self._name!r} is not held by this thread")
         self._count -= 1
@@ -96,6 +120,7 @@ class RLock(WithStatement):
             self._gate.release()
 
     def extend(self, ttl: Optional[Duration] = None) -> None:
+        self._this_process()
         if self._owner != threading.get_ident() or self._lock is None:
             raise NotHeld(f"lock {self._name!r} is not held by this thread")
         self._lock.extend(ttl)

@@ -1,0 +1,240 @@
+"""A forked child never touches its parent's locks, never deadlocks on state a parent thread held
+at the fork, and renews its own auto-renewed locks."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+
+import pytest
+from features_support import MT
+from support import assert_values, urls
+
+from hiredlock import NotHeld, Redlock
+
+pytestmark = pytest.mark.fork
+
+CHILD_TIMEOUT = 30.0
+
+
+def in_child(fn, timeout: float = CHILD_TIMEOUT):
+    """Runs fn() in a forked child; returns what it returned (JSON), or fails: the child raised,
+    or did not finish within `timeout` (a deadlock: it is killed)."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.close(read_fd)
+            try:
+                out = {"ok": True, "value": fn()}
+            except BaseException as exc:
+                out = {"ok": False, "error": f"{exc!r}\n{traceback.format_exc()}"}
+            os.write(write_fd, json.dumps(out).encode())
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(read_fd)
+            raise AssertionError(f"the forked child hung for {timeout} s (a deadlock)")
+        time.sleep(0.01)
+    data = os.read(read_fd, 1 << 20)
+    os.close(read_fd)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    out = json.loads(data)
+    assert out["ok"], out["error"]
+    return out["value"]
+
+
+def test_a_child_does_not_hold_or_release_its_parents_locks(engine, make_redlock, masters5, key):
+    rl = make_redlock(urls(masters5[:3]), master_timeout=MT)
+    lock = rl.lock(key, 30)
+    assert lock.acquire(blocking=False)
+    token = lock.token
+
+    def child() -> dict:
+        seen = {"held": lock.held, "token": lock.token, "validity": lock.validity}
+        try:
+            lock.release()
+        except NotHeld as exc:
+            seen["release"] = f"NotHeld: {exc}"
+        rl.close()
+        return seen
+
+    seen = in_child(child)
+    assert seen["held"] is False and seen["token"] is None and seen["validity"] == 0.0
+    assert seen["release"].startswith("NotHeld")
+    assert_values(masters5[:3], key, token, "after the child released and closed")
+    assert lock.held
+    lock.release()  # the parent still holds it on every master: no LockLost
+
+
+@pytest.mark.parametrize("how", ["sys.exit", "falls through"])
+def test_leaving_a_with_block_in_a_child_sends_nothing(engine, make_redlock, masters5, key, how):
+    rl = make_redlock(urls(masters5[:3]), master_timeout=MT)
+    lock = rl.lock(key, 30)
+    pid = None
+    try:
+        with lock:
+            token = lock.token
+            pid = os.fork()
+            if pid == 0:
+                if how == "sys.exit":
+                    sys.exit(0)
+            else:
+                _, status = os.waitpid(pid, 0)
+                assert os.WIFEXITED(status)
+                assert_values(masters5[:3], key, token, "after the child left the with-block")
+                assert lock.held
+    finally:
+        if pid == 0:
+            rl.close()  # closing in the child releases nothing of the parent's either
+            os._exit(0)
+
+
+def test_a_child_can_take_a_lock_object_its_parent_made(engine, make_redlock, masters5, key):
+    rl = make_redlock(urls(masters5[:3]), master_timeout=MT)
+    lock = rl.lock(key, 30)
+    other = rl.lock(key + ":child", 30)
+    assert lock.acquire(blocking=False)
+
+    def child() -> bool:
+        assert other.acquire(blocking=False)
+        other.release()
+        assert not lock.acquire(blocking=False), "the parent holds it: the child must not get it"
+        rl.close()
+        return True
+
+    assert in_child(child)
+    lock.release()
+
+
+def test_auto_renewal_runs_in_a_child(engine, make_redlock, masters5, key):
+    rl = make_redlock(urls(masters5[:3]), master_timeout=MT)
+    parent_lock = rl.lock(key + ":parent", 0.6, auto_renew=True)
+    assert parent_lock.acquire(blocking=False)  # the parent's watchdog thread is running
+
+    def child() -> dict:
+        lock = rl.lock(key, 0.6, auto_renew=True)
+        assert lock.acquire(blocking=False)
+        time.sleep(2.0)  # more than three ttls: only renewals keep it
+        out = {"held": lock.held, "lost": lock.lost.is_set()}
+        lock.release()
+        rl.close()
+        return out
+
+    assert in_child(child) == {"held": True, "lost": False}
+    parent_lock.release()
+
+
+def _busy_library_threads(rl: Redlock, name: str, stop: threading.Event) -> list[threading.Thread]:
+    """Threads that stay inside the library: acquire/release loops, and renewals every 30 ms."""
+
+    def cycle(index: int) -> None:
+        lock = rl.lock(f"{name}:{index}", 0.09, auto_renew=True)
+        while not stop.is_set():
+            if lock.acquire(blocking=False):
+                lock.extend()
+                lock.release()
+
+    threads = [threading.Thread(target=cycle, args=(i,), daemon=True) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def test_forks_while_threads_are_inside_the_library_never_deadlock(
+    engine, make_redlock, masters5, key
+):
+    rl = make_redlock(urls(masters5[:3]), master_timeout=MT)
+    shared = rl.lock(key + ":shared", 5)
+    stop = threading.Event()
+    threads = _busy_library_threads(rl, key, stop)
+    try:
+        for round_number in range(25):
+
+            def child(round_number: int = round_number) -> bool:
+                lock = rl.lock(f"{key}:child:{round_number}", 5, auto_renew=True)
+                assert lock.acquire(timeout=5)
+                lock.extend()
+                lock.release()
+                assert shared.acquire(timeout=5)
+                shared.release()
+                rl.close()
+                return True
+
+            assert in_child(child, timeout=20)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+
+
+def _multiprocessing_child(master_urls: list, backend: str, name: str) -> None:
+    with Redlock(master_urls, backend=backend, master_timeout=MT) as rl:
+        lock = rl.lock(name, 5, auto_renew=True)
+        assert lock.acquire(timeout=5)
+        lock.release()
+
+
+def test_multiprocessing_fork_children_with_busy_threads_finish(
+    engine, make_redlock, masters5, key
+):
+    rl = make_redlock(urls(masters5[:3]), master_timeout=MT)
+    stop = threading.Event()
+    threads = _busy_library_threads(rl, key, stop)
+    context = multiprocessing.get_context("fork")
+    try:
+        for index in range(10):
+            process = context.Process(
+                target=_multiprocessing_child,
+                args=(urls(masters5[:3]), engine, f"{key}:mp:{index}"),
+            )
+            process.start()
+            process.join(20)
+            if process.is_alive():
+                process.kill()
+                process.join()
+                pytest.fail("a multiprocessing child hung (a deadlock)")
+            assert process.exitcode == 0
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+
+
+def test_an_rlock_owned_by_the_parent_is_free_of_it_in_a_child(engine, make_redlock, masters5, key):
+    rl = make_redlock(urls(masters5[:3]), master_timeout=MT)
+    rlock = rl.rlock(key, 30)
+    assert rlock.acquire(blocking=False)
+    token = rlock.lock.token
+
+    def child() -> dict:
+        out = {"held": rlock.held, "count": rlock.count}
+        try:
+            rlock.release()
+        except NotHeld:
+            out["release"] = "NotHeld"
+        # The gate the parent holds is not held here: a try returns at once (the lock is taken).
+        out["acquired"] = rlock.acquire(blocking=False)
+        rl.close()
+        return out
+
+    assert in_child(child) == {"held": False, "count": 0, "release": "NotHeld", "acquired": False}
+    assert_values(masters5[:3], key, token, "after the child touched the RLock")
+    rlock.release()
