@@ -2,19 +2,59 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
+import re
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from ._scripts import MAX_TTL_MS
+from ._scripts import FENCE_KEY_PREFIX, MAX_TTL_MS
 
 Duration = Union[int, float, datetime.timedelta]
 MasterLike = Union[str, dict, Any]  # a URL, a dict of options, or a redis-py client
 
 DEFAULT_PORT = 6379
+MAX_DB = 2**31 - 1  # Redis numbers its databases with a C int
 _DICT_KEYS = frozenset({"host", "port", "db", "username", "password", "path"})
+
+# -- redaction ---------------------------------------------------------------------------------
+
+REDACTED = "***"
+
+# The password of a URL's user:password@. It runs to the last "@" of the URL (the last before a
+# blank, in free text), as urlsplit reads it; a "/" or "?" in it, which urlsplit would take for
+# the end of the host, is hidden too: better too much hidden than a piece of a password shown.
+_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^:@\s]*:)\S*@")
+# Query parameters that may carry a secret: password=, pass=, requirepass=, secret=, token=...
+_SECRET_PARAMETER = re.compile(
+    r"(?P<head>[?&;][^=&#\s]*(?:pass|secret|token|auth)[^=&#\s]*=)[^&#\s]*", re.IGNORECASE
+)
+
+
+def redact(text: str) -> str:
+    """`text` (a URL, or a message quoting URLs) with every password in it replaced by ***:
+    redis://user:***@host:6379/0, ?password=***."""
+    text = _URL_PASSWORD.sub(rf"\g<head>{REDACTED}@", text)
+    return _SECRET_PARAMETER.sub(rf"\g<head>{REDACTED}", text)
+
+
+def _shown_url(url: str) -> str:
+    """A URL as error messages quote it: redacted, blanks escaped (a blank would end what
+    redact() takes for the URL, and a line break has no place in a one-line message)."""
+    return redact(re.sub(r"\s", lambda blank: f"%{ord(blank.group()):02X}", url))
+
+
+def _shown(value: Any) -> str:
+    """repr(value), short for huge ints (whose repr Python refuses past 4300 digits)."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        sign = "-" if value < 0 else ""
+        return f"an int of about {sign}10**{int(value.bit_length() * math.log10(2))}"
+    return repr(value)
+
+
+# -- masters -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -34,84 +74,21 @@ class MasterSpec:
             return ("unix", self.path, self.db)
         return ("tcp", (self.host or "").lower(), self.port, self.db)
 
-    def __str__(self) -> str:  # never shows the password
+    def __str__(self) -> str:  # the master's name in votes and messages: no credentials
         if self.path is not None:
             return f"unix://{self.path}?db={self.db}"
         host = f"[{self.host}]" if self.host and ":" in self.host else self.host
         return f"redis://{host}:{self.port}/{self.db}"
 
-
-def duration_ms(value: Any, name: str) -> float:
-    """Seconds (int, float or timedelta) to milliseconds; refuses bools, NaN, inf, non-numbers."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, datetime.timedelta)):
-        raise TypeError(
-            f"{name} must be a number of seconds or a timedelta, not {type(value).__name__}"
+    def __repr__(self) -> str:  # says whether a password is set, never which
+        fields = ", ".join(
+            f"{field.name}={self._shown_field(field.name)}" for field in dataclasses.fields(self)
         )
-    seconds = value.total_seconds() if isinstance(value, datetime.timedelta) else float(value)
-    if math.isnan(seconds) or math.isinf(seconds):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return seconds * 1000.0
+        return f"MasterSpec({fields})"
 
-
-def positive_duration_ms(value: Any, name: str) -> float:
-    ms = duration_ms(value, name)
-    if ms <= 0:
-        raise ValueError(f"{name} must be positive, got {value!r}")
-    return ms
-
-
-def ttl_ms(value: Any, name: str = "ttl") -> int:
-    """A ttl as whole milliseconds on the wire (rounded down, at least 1), within MAX_TTL_MS."""
-    ms = positive_duration_ms(value, name)
-    if ms > MAX_TTL_MS:
-        raise ValueError(
-            f"{name} must be at most {MAX_TTL_MS / 1000:.3f} s (hiredlock.MAX_TTL), got {value!r}"
-        )
-    if ms < 1:
-        raise ValueError(f"{name} must be at least 1 ms, got {value!r}")
-    return int(ms)
-
-
-def lock_name(name: Any) -> bytes:
-    """The Redis key for a lock name: the name itself, str encoded as UTF-8."""
-    if isinstance(name, str):
-        key = name.encode("utf-8")
-    elif isinstance(name, (bytes, bytearray, memoryview)):
-        key = bytes(name)
-    else:
-        raise TypeError(f"name must be str or bytes, not {type(name).__name__}")
-    if not key:
-        raise ValueError("name must not be empty")
-    return key
-
-
-def flag(value: Any, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
-    return value
-
-
-def non_negative_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-    return value
-
-
-def non_negative_seconds(value: Any, name: str) -> float:
-    ms = duration_ms(value, name)
-    if ms < 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-    return ms / 1000.0
-
-
-def drift_factor(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"drift_factor must be a number, not {type(value).__name__}")
-    if not 0 <= value < 0.5:  # also refuses NaN
-        raise ValueError(f"drift_factor must be in [0, 0.5), got {value!r}")
-    return float(value)
+    def _shown_field(self, name: str) -> str:
+        value = getattr(self, name)
+        return repr(REDACTED) if name == "password" and value is not None else repr(value)
 
 
 def parse_masters(masters: Any) -> tuple[MasterSpec, ...]:
@@ -139,67 +116,125 @@ def _parse_master(item: Any, index: int) -> MasterSpec:
     pool = getattr(item, "connection_pool", None)
     kwargs = getattr(pool, "connection_kwargs", None)
     if isinstance(kwargs, dict):
-        if "ssl" in getattr(getattr(pool, "connection_class", None), "__name__", "").lower():
-            raise ValueError(f"{where}: TLS connections are not supported yet")
-        picked = {key: kwargs.get(key) for key in _DICT_KEYS if kwargs.get(key) is not None}
-        return _parse_dict(picked, where)
+        return _parse_client(pool, kwargs, where)
     raise TypeError(
         f"{where} must be a URL string, a dict or a redis-py client, not {type(item).__name__}"
     )
 
 
+def _parse_client(pool: Any, kwargs: dict, where: str) -> MasterSpec:
+    """A redis-py client's address and credentials, when they can be read without I/O."""
+    connection_class = getattr(pool, "connection_class", None)
+    classes = f"{type(pool).__name__} {getattr(connection_class, '__name__', '')}".lower()
+    instead = "pass the current master's address as a URL or dict instead"
+    if "sentinel" in classes:
+        # its pool asks the sentinels for the master's address only when it connects
+        raise ValueError(
+            f"{where}: a Sentinel-managed client has no address to read; {instead} "
+            "(Sentinel is not supported yet)"
+        )
+    if "ssl" in classes:
+        raise ValueError(f"{where}: TLS connections are not supported yet")
+    if kwargs.get("credential_provider") is not None:
+        raise ValueError(
+            f"{where}: the client's credentials come from a credential_provider, which hiredlock "
+            "cannot read; pass a URL or dict with the username and password instead"
+        )
+    if kwargs.get("host") is None and kwargs.get("path") is None:
+        raise ValueError(
+            f"{where}: the client's connection pool names no host and no unix socket path, so "
+            f"its address cannot be read; {instead}"
+        )
+    picked = {key: kwargs.get(key) for key in _DICT_KEYS if kwargs.get(key) is not None}
+    return _parse_dict(picked, where)
+
+
 def _parse_dict(options: dict, where: str) -> MasterSpec:
-    unknown = sorted(set(options) - _DICT_KEYS)
+    unknown = sorted(set(options) - _DICT_KEYS, key=repr)
     if unknown:
         raise ValueError(f"{where}: unknown option(s) {', '.join(map(repr, unknown))}")
-    path = options.get("path")
-    host = options.get("host")
+    path = _text_option(options, "path", where)
+    host = _text_option(options, "host", where)
     if path is not None and host is not None:
         raise ValueError(f"{where}: give either host or path (unix socket), not both")
     if path is None and host is None:
         host = "localhost"
-    for key in ("host", "path", "username", "password"):
-        value = options.get(key)
-        if value is not None and not isinstance(value, str):
-            raise TypeError(f"{where}: {key} must be a str, not {type(value).__name__}")
-    if path is not None and not path:
-        raise ValueError(f"{where}: path must not be empty")
-    if host is not None and not host:
-        raise ValueError(f"{where}: host must not be empty")
-    port = options.get("port", DEFAULT_PORT)
-    if isinstance(port, str) and port.isdigit():
-        port = int(port)
-    if isinstance(port, bool) or not isinstance(port, int):
-        raise TypeError(f"{where}: port must be an int, not {type(port).__name__}")
-    if not 0 < port < 65536:
-        raise ValueError(f"{where}: port must be in 1..65535, got {port}")
-    db = options.get("db", 0)
-    if isinstance(db, str) and db.isdigit():
-        db = int(db)
-    if isinstance(db, bool) or not isinstance(db, int):
-        raise TypeError(f"{where}: db must be an int, not {type(db).__name__}")
-    if db < 0:
-        raise ValueError(f"{where}: db must be >= 0, got {db}")
+    if path is not None:
+        _check_path(path, where)
+    if host is not None:
+        _check_host(host, where)
+    port = _int_option(options, "port", DEFAULT_PORT, 1, 65535, where)
     return MasterSpec(
         host=host,
         port=port if path is None else DEFAULT_PORT,
         path=path,
-        db=db,
-        username=options.get("username") or None,
-        password=options.get("password") or None,
+        db=_int_option(options, "db", 0, 0, MAX_DB, where),
+        username=_text_option(options, "username", where) or None,
+        password=_text_option(options, "password", where) or None,
     )
 
 
-def _parse_url(url: str, where: str) -> MasterSpec:
+def _text_option(options: dict, key: str, where: str) -> Optional[str]:
+    """A str option that the engines can send: valid Unicode (never shown: it may be secret)."""
+    value = options.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{where}: {key} must be a str, not {type(value).__name__}")
     try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        raise ValueError(f"{where}: bad URL {url!r}: {exc}") from None
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{where}: {key} must be valid Unicode text (a lone surrogate at index {exc.start})"
+        ) from None
+    return value
+
+
+def _check_host(host: str, where: str) -> None:
+    if not host:
+        raise ValueError(f"{where}: host must not be empty")
+    # A NUL would end the host early for the native engine (a C string); a blank or a control
+    # character can only fail name resolution, master by master, at every attempt.
+    if any(char.isspace() or not char.isprintable() for char in host):
+        raise ValueError(f"{where}: host must not contain blanks or control characters: {host!r}")
+
+
+def _check_path(path: str, where: str) -> None:
+    if not path:
+        raise ValueError(f"{where}: path must not be empty")
+    if "\0" in path:  # it would end the path early for the native engine (a C string)
+        raise ValueError(f"{where}: path must not contain a NUL character: {path!r}")
+
+
+def _int_option(options: dict, key: str, default: int, low: int, high: int, where: str) -> int:
+    """An int option, also given as a string of ASCII digits (as URLs and configs carry them)."""
+    value = options.get(key, default)
+    if isinstance(value, str):
+        if not (value.isascii() and value.isdigit()):
+            raise ValueError(
+                f"{where}: {key} must be an int or a string of digits 0-9, got {value!r}"
+            )
+        if len(value) > 10:  # out of range anyway, and past 4300 digits int() refuses it
+            raise ValueError(
+                f"{where}: {key} must be in {low}..{high}, got a number of {len(value)} digits"
+            )
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{where}: {key} must be an int, not {type(value).__name__}")
+    if not low <= value <= high:
+        raise ValueError(f"{where}: {key} must be in {low}..{high}, got {_shown(value)}")
+    return value
+
+
+def _parse_url(url: str, where: str) -> MasterSpec:
+    def bad_url(reason: str) -> ValueError:
+        return ValueError(f"{where}: bad URL {_shown_url(url)!r}: {reason}")
+
+    parts, port = _split_url(url, bad_url)
     query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
     unknown = sorted(set(query) - {"db", "password", "username"})
     if unknown:
-        raise ValueError(f"{where}: bad URL {url!r}: unknown parameter(s) {', '.join(unknown)}")
+        raise bad_url(f"unknown parameter(s) {', '.join(unknown)}")
     options: dict[str, Any] = {}
     if parts.username:
         options["username"] = unquote(parts.username)
@@ -209,30 +244,151 @@ def _parse_url(url: str, where: str) -> MasterSpec:
         if key in query:
             options[key] = query[key]
     if "db" in query:
-        options["db"] = _url_db(query["db"], url, where)
+        options["db"] = _url_db(query["db"], bad_url)
     if parts.scheme == "redis":
         if not parts.hostname:
-            raise ValueError(f"{where}: bad URL {url!r}: no host")
+            raise bad_url("no host")
         options["host"] = parts.hostname
         if port is not None:
             options["port"] = port
         path = parts.path.strip("/")
         if path:
-            options["db"] = _url_db(path, url, where)
+            options["db"] = _url_db(path, bad_url)
     elif parts.scheme == "unix":
         if not parts.path:
-            raise ValueError(f"{where}: bad URL {url!r}: no socket path")
+            raise bad_url("no socket path")
         options["path"] = parts.path
     elif parts.scheme == "rediss":
-        raise ValueError(f"{where}: TLS (rediss://) is not supported yet: {url!r}")
+        raise ValueError(f"{where}: TLS (rediss://) is not supported yet: {_shown_url(url)!r}")
     else:
-        raise ValueError(
-            f"{where}: bad URL {url!r}: expected redis://host:port/db or unix:///path?db=N"
-        )
+        raise bad_url("expected redis://host:port/db or unix:///path?db=N")
     return _parse_dict(options, where)
 
 
-def _url_db(text: str, url: str, where: str) -> int:
-    if not text.isdigit():
-        raise ValueError(f"{where}: bad URL {url!r}: db must be a non-negative integer")
-    return int(text)
+def _split_url(url: str, bad_url: Callable[[str], ValueError]) -> tuple[Any, Optional[int]]:
+    """urlsplit() and the port; its own errors are not passed on: they quote the host part, and
+    with it the password."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise bad_url("not a URL (an unclosed [ or a character a host cannot have)") from None
+    try:
+        return parts, parts.port
+    except ValueError:
+        hint = " (a / ? # or @ in a password must be percent-encoded)" if "@" in url else ""
+        raise bad_url(f"port must be a number in 1..65535{hint}") from None
+
+
+def _url_db(text: str, bad_url: Callable[[str], ValueError]) -> str:
+    """The db of a URL, still as text: _parse_dict checks its range."""
+    if not (text.isascii() and text.isdigit()):
+        raise bad_url("db must be a non-negative integer")
+    return text
+
+
+# -- lock names ----------------------------------------------------------------------------------
+
+
+def lock_name(name: Any) -> bytes:
+    """The Redis key for a lock name: the name itself, str encoded as UTF-8.
+
+    Names under the fencing counters' prefix are refused: such a lock and a fenced lock's
+    counter would be one key.
+    """
+    if isinstance(name, str):
+        try:
+            key = name.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"name must be valid Unicode text (a lone surrogate at index {exc.start})"
+            ) from None
+    elif isinstance(name, bytes):
+        key = bytes(name)
+    else:
+        # a bytearray or memoryview could change (or be released) while the lock holds its key
+        hint = " (pass bytes(name))" if isinstance(name, (bytearray, memoryview)) else ""
+        raise TypeError(f"name must be str or bytes, not {type(name).__name__}{hint}")
+    if not key:
+        raise ValueError("name must not be empty")
+    if key.startswith(FENCE_KEY_PREFIX):
+        raise ValueError(
+            f"name must not start with {FENCE_KEY_PREFIX.decode()!r}: that prefix is reserved "
+            "for the fencing counters"
+        )
+    return key
+
+
+# -- durations and other options -------------------------------------------------------------
+
+
+def duration_ms(value: Any, name: str) -> float:
+    """Seconds (int, float or timedelta) to milliseconds, at most MAX_TTL_MS in size.
+
+    Refuses bools, non-numbers, NaN and infinities, and any duration longer than
+    hiredlock.MAX_TTL (either sign: no caller takes a negative one), as a ValueError at the call
+    that takes it rather than an OverflowError in a later round, sleep or wait.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, datetime.timedelta)):
+        raise TypeError(
+            f"{name} must be a number of seconds or a timedelta, not {type(value).__name__}"
+        )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if isinstance(value, int):
+        ms: float = value * 1000  # exact: float(value) could overflow
+    elif isinstance(value, datetime.timedelta):
+        ms = value.total_seconds() * 1000.0
+    else:
+        ms = value * 1000.0  # may become inf: refused just below
+    if ms > MAX_TTL_MS:
+        raise ValueError(
+            f"{name} must be at most {MAX_TTL_MS / 1000:.3f} s (hiredlock.MAX_TTL), "
+            f"got {_shown(value)}"
+        )
+    if ms < -MAX_TTL_MS:
+        raise ValueError(f"{name} must be >= 0, got {_shown(value)}")
+    return float(ms)
+
+
+def positive_duration_ms(value: Any, name: str) -> float:
+    ms = duration_ms(value, name)
+    if ms <= 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return ms
+
+
+def ttl_ms(value: Any, name: str = "ttl") -> int:
+    """A ttl as whole milliseconds on the wire (rounded down, at least 1), within MAX_TTL_MS."""
+    ms = positive_duration_ms(value, name)
+    if ms < 1:
+        raise ValueError(f"{name} must be at least 1 ms, got {value!r}")
+    return int(ms)
+
+
+def flag(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+    return value
+
+
+def non_negative_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {_shown(value)}")
+    return value
+
+
+def non_negative_seconds(value: Any, name: str) -> float:
+    ms = duration_ms(value, name)
+    if ms < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return ms / 1000.0
+
+
+def drift_factor(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"drift_factor must be a number, not {type(value).__name__}")
+    if not 0 <= value < 0.5:  # also refuses NaN
+        raise ValueError(f"drift_factor must be in [0, 0.5), got {_shown(value)}")
+    return float(value)

@@ -43,13 +43,18 @@ class Redlock:
     """A client of N independent Redis masters; makes locks that need a majority of them.
 
     masters:        URLs (redis://[user:password@]host:port/db, unix:///path?db=N), dicts of
-                    options (host, port, db, username, password, path) or redis-py clients.
+                    options (host, port, db, username, password, path) or redis-py clients
+                    whose address can be read (not a Sentinel-managed one). Passwords never
+                    show: not in errors, reprs, votes or logs (a URL shown reads user:***@).
     retry_count:    attempts in a row that may fail for lack of answering masters before acquire
                     raises QuorumUnreachable (a lock merely held by others is waited for instead).
     retry_delay:    seconds between attempts, randomised (x0.5 to x1.5) so rivals do not collide.
     drift_factor:   share of the ttl kept back for clock drift between this host and the masters.
     master_timeout: seconds to wait for each master per round; None: 5% of the ttl, 5 to 50 ms.
     backend:        "auto" (HIREDLOCK_IMPL, else native when it loads), "native" or "python".
+
+    Every duration, here and in lock(), acquire() and extend(), is at most hiredlock.MAX_TTL
+    (2**31 - 1 ms, about 24.8 days): a longer one is refused with ValueError when it is given.
     """
 
     def __init__(

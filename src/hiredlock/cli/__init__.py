@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from .exits import RUN_FAILED, USAGE, CliError, Interrupted
+from .output import say
 
 DEBUG_ENV = "HIREDLOCK_DEBUG"  # set: errors come with their traceback, library logs are shown
 
@@ -31,7 +32,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _dispatch(argv)
     except CliError as exc:
         if str(exc):  # an empty message: a status that speaks for itself (run --quiet)
-            _say(str(exc))
+            say(str(exc))
         return exc.status
     except Interrupted as exc:
         return exc.status
@@ -40,7 +41,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except Exception as exc:
         if debug:
             raise
-        _say(f"internal error: {type(exc).__name__}: {exc} (set {DEBUG_ENV}=1 for details)")
+        say(f"internal error: {type(exc).__name__}: {exc} (set {DEBUG_ENV}=1 for details)")
         return RUN_FAILED
 
 
@@ -76,7 +77,3 @@ def _dispatch(argv: list[str]) -> int:
     from . import demo
 
     return demo.command(options)
-
-
-def _say(message: str) -> None:
-    print(f"hiredlock: {message}", file=sys.stderr, flush=True)

@@ -29,7 +29,10 @@ def master_urls(option_values: Optional[Sequence[str]]) -> tuple[list[str], str]
         for url in chunk.split(","):
             url = url.strip()
             if not url:
-                raise CliError(f"{source}: empty URL in {chunk!r} (URLs are comma-separated)")
+                from hiredlock._config import redact
+
+                listed = ",".join(redact(part) for part in chunk.split(","))
+                raise CliError(f"{source}: empty URL in {listed!r} (URLs are comma-separated)")
             urls.append(url)
     return urls, source
 

@@ -7,6 +7,14 @@ import sys
 from collections.abc import Sequence
 
 
+def say(message: str) -> None:
+    """One line on stderr, as the command reports errors and warnings. Passwords are redacted:
+    a message may quote what the user gave (a URL, an unrecognised argument)."""
+    from hiredlock._config import redact
+
+    print(f"hiredlock: {redact(message)}", file=sys.stderr, flush=True)
+
+
 def rich_console():
     """A rich Console for stdout, or None when rich is missing or stdout is not a terminal."""
     if not sys.stdout.isatty():

@@ -1,4 +1,5 @@
-"""One seller of the ticket race, as a process: `python -m hiredlock.cli.race CONFIG_JSON`.
+"""One seller of the ticket race, as a process: `python -m hiredlock.cli.race CONFIG_JSON`, with
+the servers' URLs in the environment (URLS_ENV).
 
 A sale is the naive read-check-write: GET the stock; if > 0, wait RACE_SLEEP, SET stock - 1 and
 INCR sold. With no lock, sellers interleave and sell the same ticket twice. The seller that reads
@@ -18,6 +19,10 @@ import time
 RACE_SLEEP = 0.001  # seconds between the read and the write: wide enough to lose updates
 NO_LOCK, NAIVE, HIREDLOCK = "none", "naive", "hiredlock"
 STARTUP_TIMEOUT = 60  # seconds a seller waits for the start signal
+# The URLs may carry passwords: they travel in the environment, which only the user (and root)
+# can read, not on the command line, which every local user can (ps).
+URLS_ENV = "HIREDLOCK_DEMO_URLS"
+URL_KEYS = ("shop", "masters")
 
 
 class Keys:
@@ -90,7 +95,7 @@ def sell(config: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
-    config = json.loads(argv[1])
+    config = {**json.loads(argv[1]), **json.loads(os.environ.pop(URLS_ENV))}
     from .servers import die_with_parent
 
     die_with_parent()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .exits import FAILED, CliError
-from .race import Keys
+from .race import URL_KEYS, URLS_ENV, Keys
 
 POLL = 0.05  # seconds between looks at the count
 STALL = 2.0  # seconds without a sale, after a seller died holding the lock, that make a stall
@@ -61,13 +61,20 @@ class Round:
     def run(self, show: Callable[[Progress], None]) -> Result:
         self.shop.delete(*self.keys.shop_keys())
         self.shop.mset({self.keys.stock: self.tickets, self.keys.sold: 0})
-        argv = [sys.executable, "-m", "hiredlock.cli.race", json.dumps(self.config)]
+        shown = {key: value for key, value in self.config.items() if key not in URL_KEYS}
+        argv = [sys.executable, "-m", "hiredlock.cli.race", json.dumps(shown)]
+        urls = {key: self.config[key] for key in URL_KEYS}
+        environ = {**os.environ, URLS_ENV: json.dumps(urls)}
         for _ in range(self.workers):
             # Own session: a Ctrl-C on the terminal reaches only the demo, which stops the
             # sellers first and the servers last (the sellers die with the demo, see race.py).
             self.procs.append(
                 subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    env=environ,
+                    start_new_session=True,
                 )
             )
         self._wait_ready(show)

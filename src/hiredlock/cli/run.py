@@ -15,12 +15,12 @@ import argparse
 import os
 import random
 import signal
-import sys
 import time
 
 from .child import Child, open_fds
 from .exits import BUSY, LOST, SIGNALLED, UNREACHABLE, USAGE, CliError
 from .masters import failed_votes, master_urls, open_redlock
+from .output import say
 
 FORWARDED = (
     signal.SIGHUP,
@@ -136,7 +136,7 @@ def _supervise(child: Child, lock, options: argparse.Namespace) -> int:
         if status is not None:
             return status
         if lock.lost.is_set():
-            _say(
+            say(
                 f"lock {options.name!r} was lost while the command ran "
                 f"({failed_votes(lock.last_votes)}): terminating the command"
             )
@@ -151,8 +151,4 @@ def _release(lock, errors: type) -> None:
     try:
         lock.release()
     except errors as exc:  # the command has ended: a failed release is worth a warning only
-        _say(f"warning: releasing lock {lock.name!r}: {failed_votes(getattr(exc, 'votes', ()))}")
-
-
-def _say(message: str) -> None:
-    print(f"hiredlock: {message}", file=sys.stderr, flush=True)
+        say(f"warning: releasing lock {lock.name!r}: {failed_votes(getattr(exc, 'votes', ()))}")
