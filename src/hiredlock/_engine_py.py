@@ -1,33 +1,46 @@
-"""The pure-Python engine: the engine contract (see _contract.py) on redis-py connections.
+"""The pure-Python engine: the engine contract (see _contract.py) on its own sockets and RESP2.
 
-Every command of a round is written to every master before any reply is read; replies are then read
-from whichever socket is ready, until the outcome is decided or the round's deadline passes.
-redis-py's own retries are off and every blocking call is bounded by the round's deadline.
+One round: every command for every master is written before any reply is read (a connection
+opened in the round gets its login, AUTH and SELECT, pipelined in front of them); then one poller
+waits on all sockets at once, until the outcome is decided (or, for rounds that wait for all, every
+master that keeps up has answered) or the round's deadline. Sockets are non-blocking and every
+wait is for what is left of the round, so a round's time is bounded as a whole, however a master
+sends its bytes.
+
+Every reply a connection owes is accounted for, in order (_Master.owed): the login's first, then
+those owed to abandoned rounds (read and dropped by later rounds), then this round's. A master is
+marked busy from the start of a round until its accounting at the end; one still marked when the
+next round starts (or at close) was in a round that an exception ended (a KeyboardInterrupt, a
+signal handler's exception): what it still owes is unknown, so its connection is dropped, never
+read as if in step.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import inspect
 import os
+import select
 import socket
 import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, Optional
 
-import redis
-from redis.backoff import NoBackoff
-from redis.connection import AbstractConnection, Connection, UnixDomainSocketConnection
-from redis.exceptions import AuthenticationError, BusyLoadingError, NoScriptError, ResponseError
-from redis.retry import Retry
-
-from . import _fork
+from . import _fork, _resolver
 from ._config import MasterSpec
 from ._contract import RoundResult
 from ._poller import POLLIN, POLLOUT, new_poller
+from ._resp import (
+    NOT_READY,
+    ProtocolError,
+    Reader,
+    ReplyError,
+    ReplyTooLarge,
+    pack_command,
+    pack_set_nx_px,
+)
 from ._scripts import (
+    CONNECT_TIMEOUT_MIN_MS,
     MAX_STALE_REPLIES,
     RECONNECT_BACKOFF_MAX_MS,
     RECONNECT_BACKOFF_MIN_MS,
@@ -42,70 +55,52 @@ CONN_ERROR = int(Outcome.CONN_ERROR)
 ERROR = int(Outcome.ERROR)
 SKIPPED = int(Outcome.SKIPPED)
 PENDING = 255
-# A reply owed to an earlier, abandoned round is read and dropped; if it was a script's and says
-# NOSCRIPT, its EVAL is sent then (the stale entry holds that command, else None), so a master
-# that answered late still runs the release or extend it was sent.
-# Error replies. redis-py makes NOAUTH/WRONGPASS and LOADING ConnectionErrors, but they are answers
-# on a sound connection: a failed vote with the server's text, as in the native engine.
-_REPLY_ERRORS = (ResponseError, AuthenticationError, BusyLoadingError)
 
 _KIND_SET = 0
 _KIND_SCRIPT = 1
 
-# redis-py strips the error code from replies it knows; put it back so both engines say the same.
-_ERROR_CODES: dict[type, str] = {}
-try:
-    from redis._parsers.base import BaseParser
+_DOWN = 0
+_CONNECTING = 1
+_READY = 2
 
-    for _code, _cls in BaseParser.EXCEPTION_CLASSES.items():
-        if isinstance(_cls, type):
-            _ERROR_CODES.setdefault(_cls, _code)
-except ImportError:  # older redis-py layouts: the message then keeps whatever redis-py left
-    pass
+# What each reply a connection owes answers (_Master.owed): an int k is item k of the current
+# round; _LOGIN the reply to AUTH or SELECT; None a reply owed to an abandoned round, dropped when
+# read; bytes too, but if that reply says NOSCRIPT those bytes (the script's EVAL) are sent then,
+# so that a master that answered late still runs the release or extend it was sent.
+_LOGIN = "login"
 
-
-def _error_text(exc: BaseException) -> str:
-    text = str(exc)
-    code = _ERROR_CODES.get(type(exc))
-    if isinstance(exc, AuthenticationError):
-        code = "NOAUTH" if "required" in text.lower() else "WRONGPASS"
-    if code is None and type(exc) is ResponseError:
-        # Codes redis-py does not know stay in the text; it strips a generic "ERR", whose
-        # messages start with a word that is not all capitals.
-        first = text.split(" ", 1)[0]
-        if not (first.isalpha() and first.isupper()):
-            code = "ERR"
-    if code and not text.startswith(code):
-        return f"{code} {text}"
-    return text
+_CONNECT_MIN_NS = int(CONNECT_TIMEOUT_MIN_MS * 1_000_000)
+_MAX_DETAIL = 400  # characters of an error text kept in a vote (as the native engine)
+_RECV_BYTES = 65536
+_IN_PROGRESS = frozenset(
+    {0, errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK, getattr(errno, "WSAEWOULDBLOCK", 0)}
+)
+# A connection the master closed shows as one of these in the idle check before a round.
+_POLLRDHUP = getattr(select, "POLLRDHUP", 0)
+_HUNG_UP = (
+    _POLLRDHUP
+    | getattr(select, "POLLHUP", 0)
+    | getattr(select, "POLLERR", 0)
+    | getattr(select, "POLLNVAL", 0)
+)
 
 
-# No CLIENT SETINFO round trips on connect: redis-py 8 takes driver_info, older ones lib_name.
-if "driver_info" in inspect.signature(AbstractConnection.__init__).parameters:
-    _NO_CLIENT_INFO: dict[str, Any] = {"driver_info": None}
-else:
-    _NO_CLIENT_INFO = {"lib_name": None, "lib_version": None}
+def _os_error_text(exc: OSError) -> str:
+    return exc.strerror or str(exc) or type(exc).__name__
 
 
-class _PreparedSocketMixin:
-    """Lets redis-py adopt a socket that our own non-blocking connect opened (no second connect)."""
-
-    prepared_socket: Optional[socket.socket] = None
-
-    def _connect(self) -> socket.socket:
-        sock, self.prepared_socket = self.prepared_socket, None
-        if sock is None:
-            return super()._connect()  # type: ignore[misc]
-        sock.settimeout(self.socket_timeout)  # type: ignore[attr-defined]
-        return sock
-
-
-class _TcpConnection(_PreparedSocketMixin, Connection):
-    pass
-
-
-class _UnixConnection(_PreparedSocketMixin, UnixDomainSocketConnection):
-    pass
+def _login_commands(spec: MasterSpec) -> tuple[bytes, int]:
+    """AUTH [username] password and SELECT db, as needed; (the commands, how many)."""
+    commands = []
+    if spec.password is not None:
+        auth = [b"AUTH"]
+        if spec.username is not None:
+            auth.append(spec.username.encode())
+        auth.append(spec.password.encode())
+        commands.append(pack_command(auth))
+    if spec.db:
+        commands.append(pack_command((b"SELECT", b"%d" % spec.db)))
+    return b"".join(commands), len(commands)
 
 
 class _Master:
@@ -113,14 +108,24 @@ class _Master:
 
     __slots__ = (
         "backoff_ms",
-        "conn",
+        "busy",
+        "deadline",
         "down_until",
+        "fd",
+        "fresh",
         "index",
         "lagging",
         "last_error",
+        "login",
+        "login_due",
+        "n_login",
+        "owed",
+        "reader",
         "scripts",
+        "sock",
         "spec",
-        "stale",
+        "state",
+        "todo",
         "unreached",
         "unsent",
         "waited",
@@ -129,71 +134,80 @@ class _Master:
     def __init__(self, index: int, spec: MasterSpec) -> None:
         self.index = index
         self.spec = spec
-        self.conn: Optional[Connection] = None
-        self.stale: deque = deque()  # entries for replies owed to abandoned rounds (see above)
-        self.down_until = 0  # monotonic ns before which acquire does not reconnect
-        self.backoff_ms = 0
-        self.last_error = ""
-        self.waited = True
-        self.lagging = False  # a round timed out on it; cleared once it has caught up
-        self.unreached = False  # its last failure came before anything was written to it
+        self.login, self.n_login = _login_commands(spec)
+        self.sock: Optional[socket.socket] = None
+        self.fd = -1
+        self.state = _DOWN
+        self.reader = Reader()
+        self.owed: deque = deque()
+        self.login_due = False
         # SHAs of the scripts that have run on this connection: EVALSHA is safe for those. Until
         # a script has run, it goes as EVAL: an EVALSHA whose NOSCRIPT reply is lost or comes
         # after its round would never be followed by its EVAL (a release that silently does
         # nothing).
         self.scripts: set[bytes] = set()
-        # The tail of this round's commands that the socket has not taken yet (written as it
-        # becomes writable): a stopped master with full buffers must not hold up the others.
+        # Bytes the socket has not taken yet (written as it becomes writable): a stopped master
+        # with full buffers must not hold up the others.
         self.unsent: Optional[memoryview] = None
-
-    @property
-    def connected(self) -> bool:
-        return self.conn is not None and self.conn._sock is not None
-
-    def start_connect(self) -> socket.socket:
-        """Starts a non-blocking connect, so that every master connects at once."""
-        if self.spec.path is not None:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            address: Any = self.spec.path
-        else:
-            family, kind, proto, _name, address = socket.getaddrinfo(
-                self.spec.host, self.spec.port, type=socket.SOCK_STREAM
-            )[0]
-            sock = socket.socket(family, kind, proto)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setblocking(False)
-        error = sock.connect_ex(address)
-        if error not in (0, errno.EINPROGRESS, errno.EAGAIN):
-            sock.close()
-            raise ConnectionRefusedError(error, os.strerror(error))
-        return sock
-
-    def adopt(self, sock: socket.socket, timeout_s: float) -> None:
-        """Hands a connected socket to redis-py, which logs in (AUTH, SELECT) within timeout_s."""
-        if self.conn is None:
-            options: dict[str, Any] = {
-                "db": self.spec.db,
-                "username": self.spec.username,
-                "password": self.spec.password,
-                "retry": Retry(NoBackoff(), 0),
-                "protocol": 2,  # RESP2 and no HELLO round trip on connect
-                **_NO_CLIENT_INFO,
-            }
-            if self.spec.path is not None:
-                self.conn = _UnixConnection(path=self.spec.path, **options)
-            else:
-                self.conn = _TcpConnection(host=self.spec.host, port=self.spec.port, **options)
-        self.conn.socket_timeout = timeout_s
-        self.conn.prepared_socket = sock
-        self.conn.connect()
+        self.busy = False  # in a round whose accounting has not run yet (see the module doc)
+        self.todo = 0  # replies of the current round still owed
+        self.fresh = False  # its connection opened in the current round
+        self.deadline = 0  # when the current round stops waiting for it
+        self.waited = True  # rounds that wait for all wait for it (it is not lagging)
+        self.lagging = False  # a round timed out on it; cleared once it has caught up
+        self.down_until = 0  # monotonic ns before which acquire does not reconnect
         self.backoff_ms = 0
-        self.stale = deque()
+        self.last_error = ""
+        self.unreached = False  # its last failure came before anything was written to it
+
+    def open(self, address: Any) -> None:
+        """Starts a non-blocking connect (a unix socket path, or a resolved Address)."""
+        if self.spec.path is not None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # type: ignore[attr-defined]
+            target: Any = self.spec.path
+        else:
+            sock = socket.socket(address.family, socket.SOCK_STREAM)
+            target = (address.host, address.port)
+        try:
+            if self.spec.path is None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setblocking(False)
+            error = sock.connect_ex(target)
+            if error not in _IN_PROGRESS:
+                raise OSError(error, os.strerror(error))
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.state = _READY if error == 0 else _CONNECTING
+        self.reader = Reader()
+        self.owed = deque()
         self.scripts = set()
+        self.unsent = None
+        self.lagging = False
+        self.login_due = self.n_login > 0
+
+    def push(self, data: bytes) -> Optional[str]:
+        """Writes what the socket takes now; the rest waits in `unsent`. An error text, or None."""
+        if self.unsent is not None:
+            self.unsent = memoryview(bytes(self.unsent) + data)
+            return None
+        try:
+            sent = self.sock.send(data)  # type: ignore[union-attr]
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            return _os_error_text(exc)
+        if sent < len(data):
+            self.unsent = memoryview(data)[sent:]
+        return None
 
     def failed(self, now_ns: int, reason: str, unreached: bool) -> None:
         """Drops the connection after an error and sets a growing pause before the next connect.
 
-        unreached: the failure came before anything was written to the master (connect, login).
+        unreached: the failure came before anything was written to the master (name lookup,
+        connect).
         """
         self.unreached = unreached
         self.drop()
@@ -204,26 +218,21 @@ class _Master:
         self.down_until = now_ns + self.backoff_ms * 1_000_000
 
     def drop(self) -> None:
-        if self.conn is not None:
-            self.conn.disconnect()
-        self.stale = deque()
+        """Closes the connection. Only close(): no bytes are sent, which is what a forked child
+        needs too (its parent's copy of the socket stays open and usable)."""
+        sock, self.sock = self.sock, None
+        if sock is not None:
+            sock.close()
+        self.fd = -1
+        self.state = _DOWN
+        self.owed = deque()
+        self.scripts = set()
+        self.unsent = None
         self.lagging = False
-        self.scripts = set()
-        self.unsent = None
-
-    def forget(self) -> None:
-        """After fork(): lose the inherited socket without any I/O on it."""
-        if self.conn is not None and self.conn._sock is not None:
-            with contextlib.suppress(OSError):
-                self.conn._sock.detach()  # the fd stays open for the parent's sake
-            self.conn._sock = None
-        self.conn = None
-        self.stale = deque()
-        self.scripts = set()
-        self.unsent = None
+        self.todo = 0
 
 
-class _Round:
+class _Votes:
     """Vote bookkeeping of one round: per key, per master, and when each key was decided."""
 
     __slots__ = (
@@ -257,9 +266,7 @@ class _Round:
             return
         codes[master] = code
         if detail is not None:
-            if self.details[key] is None:
-                self.details[key] = {}
-            self.details[key][master] = detail
+            self.explain(key, master, detail)
         if code == OK:
             self.oks[key] += 1
         else:
@@ -270,16 +277,27 @@ class _Round:
             self.decided_at[key] = time.monotonic_ns()
             self.undecided -= 1
 
+    def vote_all(self, master: int, code: int, detail: Optional[str]) -> None:
+        for key in range(len(self.codes)):
+            self.vote(key, master, code, detail)
+
+    def explain(self, key: int, master: int, detail: str) -> None:
+        if self.details[key] is None:
+            self.details[key] = {}
+        self.details[key][master] = detail[:_MAX_DETAIL]  # type: ignore[index]
+
     def count(self, key: int, master: int, kind: int, reply: Any) -> None:
         """Turns one reply into a vote (as the native engine does, reply type by reply type)."""
-        if kind == _KIND_SET:
+        if type(reply) is ReplyError:
+            self.vote(key, master, ERROR, reply.text)
+        elif kind == _KIND_SET:
             if reply == b"OK":
                 self.vote(key, master, OK)
             elif reply is None:
                 self.vote(key, master, TAKEN)
             else:
                 self.vote(key, master, ERROR, "unexpected reply to SET")
-        elif isinstance(reply, int):
+        elif type(reply) is int:
             if self.values is not None:
                 self.values[key][master] = reply
             self.vote(key, master, OK if reply > 0 else TAKEN)
@@ -287,6 +305,19 @@ class _Round:
             self.vote(key, master, TAKEN)
         else:
             self.vote(key, master, ERROR, "unexpected reply to the script")
+
+    def explain_pending(self, master: int, detail: str) -> None:
+        """Gives the master's pending votes on undecided keys (they end as TIMEOUT) a reason."""
+        for key, codes in enumerate(self.codes):
+            if codes[master] == PENDING and not self.decided_at[key]:
+                self.explain(key, master, detail)
+
+    def undecided_for(self, master: int) -> bool:
+        """True when the master has not voted on a key that is still undecided."""
+        return any(
+            codes[master] == PENDING and not decided
+            for codes, decided in zip(self.codes, self.decided_at)
+        )
 
     def results(self, end_ns: int) -> list[RoundResult]:
         """Masters still pending were SKIPPED if their key was decided, else they TIMED OUT."""
@@ -301,8 +332,111 @@ class _Round:
         return out
 
 
+class _Evals:
+    """Each item's script as EVAL (with its source), formatted when first needed: on a connection
+    that has not run the script yet, after NOSCRIPT, or for a reply the round leaves owed."""
+
+    __slots__ = ("argvs", "batch", "count", "packed", "source")
+
+    def __init__(self, source: bytes, count: bytes, argvs: Sequence[tuple[bytes, ...]]) -> None:
+        self.source = source
+        self.count = count
+        self.argvs = argvs
+        self.packed: list[Optional[bytes]] = [None] * len(argvs)
+        self.batch: Optional[bytes] = None
+
+    def __getitem__(self, item: int) -> bytes:
+        packed = self.packed[item]
+        if packed is None:
+            packed = self.packed[item] = pack_command(
+                (b"EVAL", self.source, self.count, *self.argvs[item])
+            )
+        return packed
+
+    def all(self) -> bytes:
+        if self.batch is None:
+            self.batch = b"".join(self[item] for item in range(len(self.packed)))
+        return self.batch
+
+
+class _Round:
+    """One call: its commands, its votes, and the masters it is still doing I/O with."""
+
+    __slots__ = (
+        "active",
+        "batch",
+        "commands",
+        "deadline",
+        "evals",
+        "fresh_deadline",
+        "kind",
+        "poller",
+        "sha",
+        "votes",
+        "wait_all",
+    )
+
+    def __init__(
+        self,
+        kind: int,
+        commands: list[bytes],
+        evals: Optional[_Evals],
+        sha: Optional[bytes],
+        votes: _Votes,
+        deadline: int,
+        fresh_deadline: int,
+        wait_all: bool,
+    ) -> None:
+        self.kind = kind
+        self.commands = commands
+        self.batch = commands[0] if len(commands) == 1 else b"".join(commands)
+        self.evals = evals  # scripts only
+        self.sha = sha
+        self.votes = votes
+        self.deadline = deadline  # masters connected before the round
+        self.fresh_deadline = fresh_deadline  # masters whose connection opens in this round
+        self.wait_all = wait_all
+        self.poller = new_poller()
+        # fd -> master, for masters this round still does I/O with: connecting, writing, or owed
+        # replies of this round
+        self.active: dict[int, _Master] = {}
+
+    def watch(self, master: _Master) -> None:
+        events = POLLOUT if master.state == _CONNECTING else POLLIN
+        if master.unsent is not None:
+            events |= POLLOUT
+        self.poller.register(master.fd, events)
+        self.active[master.fd] = master
+
+    def retire(self, master: _Master) -> None:
+        if self.active.pop(master.fd, None) is not None:
+            self.poller.unregister(master.fd)
+
+    def fail(self, master: _Master, code: int, detail: str, unreached: bool = False) -> None:
+        """The master failed in this round: each key it has not answered gets this vote."""
+        self.votes.vote_all(master.index, code, detail)
+        self.retire(master)
+        master.failed(time.monotonic_ns(), detail, unreached)
+
+    def worth_waiting(self, past_deadline: bool) -> bool:
+        """Whether the round goes on (see the stop rules in _contract.py)."""
+        votes = self.votes
+        if past_deadline:
+            # Only masters whose connection opened in this round are waited for past the
+            # normal deadline, and only while their answer can change an undecided outcome.
+            return bool(votes.undecided) and any(
+                master.fresh and (master.state == _CONNECTING or votes.undecided_for(master.index))
+                for master in self.active.values()
+            )
+        if votes.undecided:
+            return True  # every master that may still answer is waited for, lagging or not
+        if not self.wait_all:
+            return False
+        return any(master.waited for master in self.active.values())
+
+
 class PythonEngine:
-    """Engine contract on redis-py connections, one per master."""
+    """Engine contract on plain non-blocking sockets, one connection per master."""
 
     name = "python"
 
@@ -310,6 +444,9 @@ class PythonEngine:
         self._masters = [_Master(index, spec) for index, spec in enumerate(masters)]
         self._quorum = quorum_size if quorum_size is not None else quorum(len(self._masters))
         self._generation = _fork.generation()
+        _resolver.prefetch(
+            [(spec.host, spec.port) for spec in masters if spec.path is None and spec.host]
+        )
 
     def set_nx(
         self,
@@ -318,8 +455,10 @@ class PythonEngine:
         ttl_ms: int,
         timeout_ms: float,
     ) -> list[RoundResult]:
-        ttl = str(int(ttl_ms)).encode()
-        commands = [(b"SET", key, token, b"NX", b"PX", ttl) for key, token in zip(keys, tokens)]
+        if len(keys) != len(tokens):
+            raise ValueError("set_nx needs one token per key")
+        ttl = b"%d" % int(ttl_ms)
+        commands = [pack_set_nx_px(key, token, ttl) for key, token in zip(keys, tokens)]
         return self._round(_KIND_SET, commands, None, None, timeout_ms, False, True, False)
 
     def run_script(
@@ -333,117 +472,68 @@ class PythonEngine:
         want_values: bool = False,
         honour_backoff: bool = False,
     ) -> list[RoundResult]:
-        count = str(numkeys).encode()
-        commands = [(b"EVALSHA", sha, count, *argv) for argv in argvs]
-        fallback = [(b"EVAL", source, count, *argv) for argv in argvs]
+        count = b"%d" % numkeys
+        commands = [pack_command((b"EVALSHA", sha, count, *argv)) for argv in argvs]
+        evals = _Evals(source, count, argvs)
         return self._round(
-            _KIND_SCRIPT, commands, fallback, sha, timeout_ms, wait_all, honour_backoff, want_values
+            _KIND_SCRIPT, commands, evals, sha, timeout_ms, wait_all, honour_backoff, want_values
         )
 
     def close(self) -> None:
-        forked = self._generation != _fork.generation()
+        """Closes every connection (in a forked child too: closing sends nothing, see drop)."""
         for master in self._masters:
-            if forked:
-                master.forget()
-            else:
-                master.drop()
-            master.conn = None
+            master.drop()
+            master.busy = False
 
     # -- one round ---------------------------------------------------------------------------
 
     def _round(
         self,
         kind: int,
-        commands: list[tuple],
-        fallback: Optional[list[tuple]],
+        commands: list[bytes],
+        evals: Optional[_Evals],
         sha: Optional[bytes],
         timeout_ms: float,
         wait_all: bool,
         honour_backoff: bool,
         want_values: bool,
     ) -> list[RoundResult]:
-        if self._generation != _fork.generation():
-            for master in self._masters:
-                master.forget()
-            self._generation = _fork.generation()
-        n_keys = len(commands)
-        t0 = time.monotonic_ns()
-        deadline = t0 + int(timeout_ms * 1_000_000)
-        votes = _Round(n_keys, len(self._masters), self._quorum, t0, want_values)
-        self._refresh()
-        poller = new_poller()
-        queues: dict[int, tuple[_Master, deque]] = {}  # fd -> (master, reply slots)
-        connecting: dict[int, tuple[_Master, socket.socket]] = {}
-        last_look = False
-        for master in self._masters:
-            if master.connected:
-                self._send(master, commands, fallback, sha, votes, queues, poller)
-            elif (
-                honour_backoff
-                and t0 < master.down_until
-                and (kind == _KIND_SET or master.unreached)
-            ):
-                # An acquire does not wait for a master that just failed, nor does the unlock
-                # after a failed attempt when nothing could have reached that master; release
-                # and extend always try.
-                self._vote_all(votes, master.index, CONN_ERROR, master.last_error)
-            else:
-                try:
-                    sock = master.start_connect()
-                except OSError as exc:
-                    self._give_up(votes, master, exc, unreached=True)
-                    continue
-                connecting[sock.fileno()] = (master, sock)
-                poller.register(sock, POLLOUT)
-        while (queues or connecting) and (
-            (connecting or self._waiting_for(queues)) if wait_all else votes.undecided
-        ):
-            remaining_ns = deadline - time.monotonic_ns()
-            if remaining_ns <= 0:
-                if last_look:
-                    break
-                # Past the deadline, take one more look without waiting: replies that are
-                # already here count (a client descheduled past its deadline must not call
-                # masters that answered in time dead).
-                last_look = True
-                remaining_ns = 0
-            for fd, events in poller.poll(-(-remaining_ns // 1_000_000)):
-                if fd in connecting:
-                    master, sock = connecting.pop(fd)
-                    poller.unregister(fd)
-                    if self._connected(master, sock, votes, deadline):
-                        self._send(master, commands, fallback, sha, votes, queues, poller)
-                    continue
-                master, slots = queues[fd]
-                if master.unsent is not None and events & POLLOUT:
-                    if not self._send_more(master, votes):
-                        del queues[fd]
-                        poller.unregister(fd)
-                        continue
-                    if master.unsent is None:
-                        poller.register(fd, POLLIN)
-                    if not events & ~POLLOUT:
-                        continue
-                if self._read(master, slots, kind, fallback, sha, votes, deadline) and slots:
-                    continue
-                del queues[fd]
-                poller.unregister(fd)
-            if last_look:
-                break
-        end = time.monotonic_ns()
-        for master, sock in connecting.values():
-            # Nothing was sent on it: closing loses nothing. Past the deadline it counts as failed.
-            sock.close()
-            if end >= deadline:
-                self._give_up(votes, master, TimeoutError("connect timed out"), unreached=True)
-        for master, slots in queues.values():
-            if master.unsent is not None:
-                # Part of a command is still unsent: what reached the master ran or will run
-                # (later rounds reach it on a new connection); a half command dies with this one.
-                master.drop()
-                continue
-            self._abandon(master, slots, fallback, end >= deadline)
-        return votes.results(end)
+        if not commands:
+            return []
+        if self._generation != _fork._generation:  # (an attribute read: cheaper than a call)
+            self.close()  # the parent's sockets: closed here, never used
+            self._generation = _fork._generation
+        masters = self._masters
+        for master in masters:
+            if master.busy:
+                master.drop()  # an exception ended its last round before the accounting
+            master.busy = True
+        try:
+            t0 = time.monotonic_ns()
+            timeout_ns = int(timeout_ms * 1_000_000)
+            votes = _Votes(len(commands), len(masters), self._quorum, t0, want_values)
+            rnd = _Round(
+                kind,
+                commands,
+                evals,
+                sha,
+                votes,
+                t0 + timeout_ns,
+                t0 + max(timeout_ns, _CONNECT_MIN_NS),
+                wait_all,
+            )
+            self._refresh()
+            self._start(rnd, t0, honour_backoff)
+            self._wait(rnd)
+            end = time.monotonic_ns()
+            self._account(rnd, end)
+            return votes.results(end)
+        except BaseException:
+            for master in masters:
+                if master.busy:
+                    master.drop()
+                    master.busy = False
+            raise
 
     def _refresh(self) -> None:
         """Reads, without waiting, what idle connections received since the last round.
@@ -452,178 +542,312 @@ class PythonEngine:
         than the quorum is waited for again; a connection the master closed meanwhile (a restart)
         is replaced in this round instead of failing it.
         """
-        idle = {m.conn._sock.fileno(): m for m in self._masters if m.connected}
+        idle = {master.fd: master for master in self._masters if master.sock is not None}
         if not idle:
             return
         poller = new_poller()
         for fd in idle:
-            poller.register(fd, POLLIN)
-        for fd, _events in poller.poll(0):
+            poller.register(fd, POLLIN | _POLLRDHUP)
+        for fd, events in poller.poll(0):
             master = idle[fd]
-            try:
-                while master.stale and master.conn.can_read(timeout=0):
-                    self._late_reply(master, master.stale)
-                master.lagging = master.lagging and bool(master.stale)
-                broken = master.conn.can_read(timeout=0)  # EOF, or a reply nobody asked for
-            except (redis.RedisError, OSError):
-                broken = True
-            if broken:
+            if not self._catch_up(master) or events & _HUNG_UP:
                 master.drop()
+            else:
+                master.lagging = master.lagging and bool(master.owed)
 
     @staticmethod
-    def _late_reply(master: _Master, entries: deque) -> None:
-        """Reads one reply owed to an abandoned round; a NOSCRIPT gets its EVAL sent now."""
-        conn = master.conn
-        try:
-            conn.read_response(disable_decoding=True)
-            entries.popleft()
-        except NoScriptError:
-            command = entries.popleft()
-            if command is not None:
-                conn.send_packed_command(conn.pack_command(*command), False)
-                entries.append(None)
-        except _REPLY_ERRORS:
-            entries.popleft()
+    def _catch_up(master: _Master) -> bool:
+        """Reads the replies an idle connection received; False when it cannot be used."""
+        reader = master.reader
+        owed = master.owed
+        while True:
+            try:
+                data = master.sock.recv(_RECV_BYTES)  # type: ignore[union-attr]
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
+            if not data:
+                return False  # closed by the master
+            reader.feed(data)
+            while True:
+                try:
+                    reply = reader.get()
+                except ProtocolError:
+                    return False
+                if reply is NOT_READY:
+                    break
+                if not owed:
+                    return False  # a reply nobody asked for: never guess what it answers
+                entry = owed.popleft()
+                if entry is _LOGIN:
+                    if type(reply) is ReplyError:
+                        return False  # the next connect reports it
+                elif (
+                    entry is not None
+                    and type(reply) is ReplyError
+                    and reply.text.startswith("NOSCRIPT")
+                ):
+                    if master.push(entry) is not None:
+                        return False
+                    owed.append(None)
 
-    def _connected(
-        self, master: _Master, sock: socket.socket, votes: _Round, deadline: int
-    ) -> bool:
-        """Finishes a non-blocking connect and logs in; False (and votes) when that failed."""
-        error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        try:
-            if error:
-                raise ConnectionRefusedError(error, os.strerror(error))
-            master.adopt(sock, max(deadline - time.monotonic_ns(), 1_000_000) / 1e9)
-        except (redis.RedisError, OSError) as exc:
-            sock.close()
-            self._give_up(votes, master, exc, unreached=True)
-            return False
-        return True
-
-    def _send(
-        self,
-        master: _Master,
-        commands: list[tuple],
-        fallback: Optional[list[tuple]],
-        sha: Optional[bytes],
-        votes: _Round,
-        queues: dict,
-        poller: Any,
-    ) -> None:
-        conn = master.conn
-        if fallback is not None and sha not in master.scripts:
-            commands = fallback  # not run on this connection yet: EVAL (see _Master.scripts)
-        master.unsent = memoryview(b"".join(conn.pack_commands(commands)))
-        fd = conn._sock.fileno()
-        if not self._send_more(master, votes):
+    def _start(self, rnd: _Round, t0: int, honour_backoff: bool) -> None:
+        """Writes the round's commands to every connected master, then opens the connections
+        that are missing."""
+        to_open = []
+        for master in self._masters:
+            master.fresh = False
+            master.waited = not master.lagging
+            master.todo = 0
+            if master.sock is not None:
+                master.deadline = rnd.deadline
+                self._queue(master, rnd)
+            elif (
+                honour_backoff
+                and t0 < master.down_until
+                and (rnd.kind == _KIND_SET or master.unreached)
+            ):
+                # An acquire does not wait for a master that just failed, nor does the unlock
+                # after a failed attempt when nothing could have reached that master; release
+                # and extend always try.
+                rnd.votes.vote_all(master.index, CONN_ERROR, master.last_error)
+            else:
+                to_open.append(master)
+        if not to_open:
             return
-        # A master that let an earlier round time out and has not caught up since gets this
-        # round's commands, but a wait_all round does not wait for it: one stopped master must not
-        # cost every release its timeout. One merely slower than the quorum is waited for.
-        master.waited = not master.lagging
-        slots, master.stale = master.stale, deque()
-        slots.extend(range(len(commands)))
-        queues[fd] = (master, slots)
-        poller.register(fd, POLLIN if master.unsent is None else POLLIN | POLLOUT)
+        # Unix sockets and numeric addresses connect at once; host names wait (once per name,
+        # at most what is left of the round) for the resolver's first answer, in one call.
+        named = []
+        for master in to_open:
+            spec = master.spec
+            if spec.path is not None:
+                self._open(master, rnd, None)
+            else:
+                family = _resolver.numeric_family(spec.host)  # type: ignore[arg-type]
+                if family is None:
+                    named.append(master)
+                else:
+                    self._open(master, rnd, _resolver.Address(family, spec.host, spec.port))
+        if named:
+            wait_s = max(0, rnd.deadline - time.monotonic_ns()) / 1e9
+            places = [(master.spec.host, master.spec.port) for master in named]
+            for master, address in zip(named, _resolver.lookup_many(places, wait_s)):
+                if isinstance(address, str):  # no address: the resolver says why
+                    rnd.fail(master, CONN_ERROR, address, unreached=True)
+                else:
+                    self._open(master, rnd, address)
 
-    def _send_more(self, master: _Master, votes: _Round) -> bool:
-        """Writes what the socket takes now of the round's unsent commands (without waiting: a
-        full socket must not hold up the other masters); False if the connection failed."""
-        sock = master.conn._sock
+    def _open(self, master: _Master, rnd: _Round, address: Any) -> None:
+        """Starts a master's new connection; its login and the commands go once it is up."""
+        try:
+            master.open(address)
+        except OSError as exc:
+            rnd.fail(master, CONN_ERROR, _os_error_text(exc), unreached=True)
+            return
+        master.fresh = True
+        master.waited = True
+        master.deadline = rnd.fresh_deadline
+        if master.state == _READY:
+            self._queue(master, rnd)
+        else:
+            rnd.watch(master)
+
+    @staticmethod
+    def _queue(master: _Master, rnd: _Round) -> None:
+        """Writes the round's commands (after the login on a new connection) to a master."""
+        if rnd.evals is not None and rnd.sha not in master.scripts:
+            data = rnd.evals.all()  # not run on this connection yet: EVAL (see _Master.scripts)
+        else:
+            data = rnd.batch
+        owed = master.owed
+        if master.login_due:
+            master.login_due = False
+            data = master.login + data
+            owed.extend([_LOGIN] * master.n_login)
+        n_items = len(rnd.commands)
+        if n_items == 1:
+            owed.append(0)
+        else:
+            owed.extend(range(n_items))
+        master.todo = n_items
+        error = master.push(data)
+        if error is not None:
+            rnd.fail(master, CONN_ERROR, error)
+            return
+        rnd.watch(master)
+
+    def _wait(self, rnd: _Round) -> None:
+        """Polls until the round is over (see _Round.worth_waiting) or its deadlines pass."""
+        active = rnd.active
+        poller = rnd.poller
+        until = rnd.deadline
+        past_deadline = False
+        while active and rnd.worth_waiting(past_deadline):
+            remaining_ns = until - time.monotonic_ns()
+            if remaining_ns > 0:
+                self._service(rnd, poller.poll((remaining_ns + 999_999) // 1_000_000))
+                continue
+            # Past the deadline, take one more look without waiting: replies that are already
+            # here count (a client descheduled past its deadline must not call masters that
+            # answered in time dead).
+            self._service(rnd, poller.poll(0))
+            if past_deadline or rnd.fresh_deadline <= rnd.deadline:
+                return
+            past_deadline = True
+            until = rnd.fresh_deadline
+
+    def _service(self, rnd: _Round, events: list[tuple[int, int]]) -> None:
+        active = rnd.active
+        for fd, event in events:
+            master = active.get(fd)
+            if master is None:
+                continue
+            if master.state == _CONNECTING:
+                self._connected(master, rnd)
+                continue
+            if event & POLLOUT and master.unsent is not None and not self._flush(master, rnd):
+                continue
+            if event & ~POLLOUT and not self._read(master, rnd):
+                continue
+            if not master.todo and master.unsent is None:
+                rnd.retire(master)
+
+    def _connected(self, master: _Master, rnd: _Round) -> None:
+        """Finishes a non-blocking connect; then the login and the round's commands go."""
+        error = master.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)  # type: ignore[union-attr]
+        if error:
+            rnd.fail(master, CONN_ERROR, os.strerror(error), unreached=True)
+            return
+        master.state = _READY
+        master.backoff_ms = 0
+        rnd.retire(master)
+        self._queue(master, rnd)
+
+    @staticmethod
+    def _flush(master: _Master, rnd: _Round) -> bool:
+        """Writes more of what the socket did not take; False when the connection failed."""
         unsent = master.unsent
         try:
-            sock.setblocking(False)
-            try:
-                sent = sock.send(unsent)
-            except BlockingIOError:
-                sent = 0
+            sent = master.sock.send(unsent)  # type: ignore[union-attr,arg-type]
+        except BlockingIOError:
+            return True
         except OSError as exc:
-            self._give_up(votes, master, exc)
+            rnd.fail(master, CONN_ERROR, _os_error_text(exc))
             return False
-        master.unsent = unsent[sent:] if sent < len(unsent) else None
+        if sent < len(unsent):  # type: ignore[arg-type]
+            master.unsent = unsent[sent:]  # type: ignore[index]
+        else:
+            master.unsent = None
+            rnd.poller.register(master.fd, POLLIN)
         return True
 
-    def _read(
-        self,
-        master: _Master,
-        slots: deque,
-        kind: int,
-        fallback: Optional[list[tuple]],
-        sha: Optional[bytes],
-        votes: _Round,
-        deadline: int,
-    ) -> bool:
-        """Reads every reply that is ready; False when the connection failed.
-
-        `slots` says what each reply answers, in order: first entries owed to earlier rounds,
-        then this round's item indices (an int).
-        """
-        conn = master.conn
-        index = master.index
+    @staticmethod
+    def _read(master: _Master, rnd: _Round) -> bool:
+        """Reads what arrived and counts every whole reply; False when the connection failed."""
         try:
-            while slots:
-                remaining = (deadline - time.monotonic_ns()) / 1e9
-                conn._sock.settimeout(max(remaining, 0.001))  # a half reply costs no more
-                if not isinstance(slots[0], int):
-                    self._late_reply(master, slots)
-                else:
-                    try:
-                        reply: Any = conn.read_response(disable_decoding=True)
-                    except _REPLY_ERRORS as exc:
-                        reply = exc
-                    slot = slots.popleft()
-                    master.lagging = False  # every earlier reply came first: it has caught up
-                    if isinstance(reply, NoScriptError) and fallback is not None:
-                        master.scripts.discard(sha)  # the cache was flushed: send the source
-                        conn.send_packed_command(conn.pack_command(*fallback[slot]), False)
-                        slots.append(slot)
-                    elif isinstance(reply, _REPLY_ERRORS):
-                        votes.vote(slot, index, ERROR, _error_text(reply))
-                    else:
-                        if sha is not None:
-                            master.scripts.add(sha)
-                        votes.count(slot, index, kind, reply)
-                if not slots or not conn.can_read(timeout=0):
-                    return True
+            data = master.sock.recv(_RECV_BYTES)  # type: ignore[union-attr]
+        except BlockingIOError:
             return True
-        except (redis.RedisError, OSError) as exc:
-            self._give_up(votes, master, exc)
-            slots.clear()
+        except OSError as exc:
+            rnd.fail(master, CONN_ERROR, _os_error_text(exc))
             return False
+        if not data:
+            rnd.fail(master, CONN_ERROR, "connection closed by the master")
+            return False
+        reader = master.reader
+        reader.feed(data)
+        owed = master.owed
+        votes = rnd.votes
+        while True:
+            try:
+                reply = reader.get()
+            except ReplyTooLarge as exc:
+                rnd.fail(master, ERROR, str(exc))
+                return False
+            except ProtocolError as exc:
+                rnd.fail(master, ERROR, f"protocol error: {exc}")
+                return False
+            if reply is NOT_READY:
+                return True
+            if not owed:
+                rnd.fail(master, ERROR, "protocol error: a reply nobody asked for")
+                return False
+            entry = owed.popleft()
+            if type(entry) is int:
+                master.todo -= 1
+                master.lagging = False  # every earlier reply came first: it has caught up
+                if rnd.sha is not None:
+                    if type(reply) is not ReplyError:
+                        master.scripts.add(rnd.sha)
+                    elif reply.text.startswith("NOSCRIPT"):
+                        # The script cache was flushed: send the source, and wait for that reply.
+                        master.scripts.discard(rnd.sha)
+                        if not PythonEngine._send(master, rnd, rnd.evals[entry]):  # type: ignore[index]
+                            return False
+                        owed.append(entry)
+                        master.todo += 1
+                        continue
+                votes.count(entry, master.index, rnd.kind, reply)
+            elif entry is _LOGIN:
+                if type(reply) is ReplyError:
+                    rnd.fail(master, ERROR, reply.text)
+                    return False
+            elif (
+                entry is not None
+                and type(reply) is ReplyError
+                and reply.text.startswith("NOSCRIPT")
+            ):
+                # owed to an abandoned round: its script still runs there
+                if not PythonEngine._send(master, rnd, entry):
+                    return False
+                owed.append(None)
 
     @staticmethod
-    def _waiting_for(queues: dict) -> bool:
-        return any(master.waited for master, _slots in queues.values())
+    def _send(master: _Master, rnd: _Round, data: bytes) -> bool:
+        """Writes one more command in the middle of a round; False when the connection failed."""
+        had_unsent = master.unsent is not None
+        error = master.push(data)
+        if error is not None:
+            rnd.fail(master, CONN_ERROR, error)
+            return False
+        if master.unsent is not None and not had_unsent:
+            rnd.poller.register(master.fd, POLLIN | POLLOUT)
+        return True
+
+    def _account(self, rnd: _Round, end: int) -> None:
+        """The round is over: what each master still owes is kept for later rounds to read and
+        drop, or its connection goes. Clears each master's busy mark, last."""
+        for master in self._masters:
+            if master.sock is not None:
+                if master.state == _CONNECTING:
+                    # Nothing was sent on it: closing loses nothing. Past its deadline it failed.
+                    if end >= master.deadline:
+                        rnd.votes.explain_pending(master.index, "connect timed out")
+                        master.failed(end, "connect timed out", unreached=True)
+                    else:
+                        master.drop()
+                elif master.unsent is not None:
+                    # Part of a command may be unsent: what reached the master ran or will run
+                    # (later rounds reach it on a new connection); a half command dies with this
+                    # connection.
+                    master.drop()
+                elif master.todo:
+                    self._abandon(master, rnd, end)
+            master.busy = False
 
     @staticmethod
-    def _abandon(
-        master: _Master, slots: deque, fallback: Optional[list[tuple]], timed_out: bool
-    ) -> None:
-        """The round ended with replies still owed: later rounds read them (see _late_reply)."""
-        if len(slots) > MAX_STALE_REPLIES:
+    def _abandon(master: _Master, rnd: _Round, end: int) -> None:
+        """The round ended with replies still owed: later rounds read them and drop them (a
+        script's, if it says NOSCRIPT, gets its EVAL sent then: see _LOGIN)."""
+        if len(master.owed) > MAX_STALE_REPLIES:
             master.drop()
             return
-        master.stale = deque(
-            (fallback[slot] if fallback is not None else None) if isinstance(slot, int) else slot
-            for slot in slots
+        evals = rnd.evals
+        master.owed = deque(
+            (None if evals is None else evals[entry]) if type(entry) is int else entry
+            for entry in master.owed
         )
-        if timed_out:  # an early-decided round leaves the flag as it was (as the native engine)
+        master.todo = 0
+        if end >= master.deadline:  # an early-decided round leaves the flag as it was
             master.lagging = True
-
-    def _give_up(
-        self, votes: _Round, master: _Master, exc: BaseException, unreached: bool = False
-    ) -> None:
-        """The master failed in this round: each key it has not answered gets one vote for it."""
-        if isinstance(exc, _REPLY_ERRORS):
-            code, detail = ERROR, _error_text(exc)
-        elif isinstance(exc, (redis.TimeoutError, TimeoutError)):
-            code, detail = TIMEOUT, str(exc) or "timed out"
-        else:
-            code, detail = CONN_ERROR, str(exc) or type(exc).__name__
-        self._vote_all(votes, master.index, code, detail)
-        master.failed(time.monotonic_ns(), detail, unreached)
-
-    @staticmethod
-    def _vote_all(votes: _Round, index: int, code: int, detail: Optional[str]) -> None:
-        for key in range(len(votes.codes)):
-            votes.vote(key, index, code, detail)
