@@ -9,6 +9,7 @@ timing rule come from the Python package; this file only moves bytes and counts 
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport int64_t, uint8_t, uint32_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.stdio cimport snprintf
@@ -36,7 +37,7 @@ from libhiredis cimport (
     redisReply,
 )
 
-from hiredlock import _scripts
+from hiredlock import _resolver, _scripts
 
 
 cdef extern from "hl_platform.h" nogil:
@@ -79,6 +80,12 @@ cdef uint8_t PENDING = 255
 cdef int MAX_STALE = _scripts.MAX_STALE_REPLIES
 cdef int BACKOFF_MIN_MS = _scripts.RECONNECT_BACKOFF_MIN_MS
 cdef int BACKOFF_MAX_MS = _scripts.RECONNECT_BACKOFF_MAX_MS
+# A connection opened in a round has at least this long from the round's start (see _scripts).
+cdef int64_t CONNECT_MIN_NS = <int64_t>(_scripts.CONNECT_TIMEOUT_MIN_MS * 1e6)
+# A round that waits takes the GIL this often to run Python's signal handlers: a signal may be
+# delivered to another thread than the one in poll() (no EINTR here then), and WSAPoll is never
+# interrupted at all. A round that decides sooner never takes it.
+cdef int64_t SIGNAL_SLICE_NS = 10 * 1000000
 
 SET_HEAD = (b"SET",)
 NUMKEYS = tuple(str(count).encode() for count in range(10))
@@ -224,6 +231,9 @@ cdef struct Master:
     const char *host           # NULL for a unix socket
     int port
     const char *path           # NULL for TCP
+    bint named                 # host is a name: connect to `address`, looked up before the round
+    const char *address        # this round's numeric address for a named host; NULL: none
+    char resolve_error[160]    # why a named host has no address
     redisContext *ctx
     State state
     int64_t connect_deadline   # a connect still pending then is given up
@@ -256,6 +266,7 @@ cdef struct Master:
     bint waited                # wait_all rounds wait for it (it is not lagging)
     bint lagging               # a round timed out on it; cleared once it has caught up
     bint unreached             # its last failure came before anything was written to it
+    bint cold                  # its connection was opened in this round (CONNECT_MIN_NS applies)
     int64_t last_round_end     # when a round last ended with this connection open
 
 
@@ -326,8 +337,16 @@ cdef class NativeEngine:
     cdef int generation
     cdef bint busy
     cdef bint closed
+    # Set before a round writes anything, cleared once it has accounted for every reply it is
+    # still owed: if a round ever left without doing so, the next one drops every connection
+    # rather than trust what they carry.
+    cdef bint in_round
     cdef object specs          # keeps the host/path/password bytes alive
     cdef list _keepalive
+    cdef int n_named           # masters given by host name (looked up by _resolver)
+    cdef list _hosts           # [master]: the host name (str) of a named master, else None
+    cdef list _addresses       # [master]: bytes behind Master.address (kept alive here)
+    cdef object pending_exc    # what a signal handler (or a lookup) raised in this round
     cdef dict script_bits      # sha -> its bit in Master.scripts_known
     # per-round scratch, grown as batches grow
     cdef int cap_items
@@ -352,6 +371,7 @@ cdef class NativeEngine:
     cdef int c_n_items
     cdef int c_undecided
     cdef int64_t c_timeout_ns
+    cdef int64_t c_t0
 
     name = "native"
 
@@ -371,20 +391,31 @@ cdef class NativeEngine:
                 or self.argv_ptr == NULL or self.argv_len == NULL):
             raise MemoryError()
         self._keepalive = []
+        self._hosts = [None] * self.n
+        self._addresses = [None] * self.n
         self.script_bits = {}
         self.specs = specs
         self.generation = fork_generation
         for i in range(self.n):
-            self._setup_master(&self.masters[i], specs[i])
+            self._setup_master(i, specs[i])
         self._grow(1)
+        _resolver.prefetch([(host, spec.port) for host, spec in zip(self._hosts, specs)
+                            if host is not None])
 
-    cdef _setup_master(self, Master *m, spec):
+    cdef _setup_master(self, int i, spec):
+        cdef Master *m = &self.masters[i]
         m.state = DOWN
         if spec.path is not None:
             m.path = self._hold(spec.path.encode())
         else:
             m.host = self._hold(spec.host.encode())
             m.port = spec.port
+            if _resolver.numeric_family(spec.host) is None:
+                # hiredis would call getaddrinfo() with the name in the round: see _resolve
+                m.named = True
+                snprintf(m.resolve_error, sizeof(m.resolve_error), b"%s", b"not looked up yet")
+                self._hosts[i] = spec.host
+                self.n_named += 1
         m.select_db = spec.db if spec.db else -1
         m.auth_argc = 0
         if spec.password is not None:
@@ -521,7 +552,7 @@ cdef class NativeEngine:
         a tuple of columns (keys, tokens): item k's arguments are items[0][k], items[1][k]."""
         cdef int n_items = len(items[0]) if columns else len(items)
         cdef int n_args, i, j, k
-        cdef int64_t t0, end
+        cdef int64_t end
         cdef Command cmd
         cdef object value
         if self.closed:
@@ -561,13 +592,19 @@ cdef class NativeEngine:
             self.busy = True
             with nogil:
                 # Only C memory owned by this engine, or kept alive by the tuples above, is
-                # touched in here: the GIL is not needed until the result is built.
+                # touched in here, except where _run takes the GIL for a moment (a name lookup,
+                # Python's signal handlers); the result is built after.
                 if self.generation != fork_generation:
                     self._forget_inherited()
-                t0 = now_ns()
-                self._run(&cmd, t0, t0 + <int64_t>(timeout_ms * 1e6), wait_all, honour_backoff)
+                self._run(&cmd, <int64_t>(timeout_ms * 1e6), wait_all, honour_backoff)
                 end = now_ns()
-            return self._results(&cmd, t0, end)
+            if self.pending_exc is not None:
+                # A signal handler raised (or a lookup was interrupted): the round has ended
+                # and accounted for every reply it is still owed, so the exception may go.
+                exc = self.pending_exc
+                self.pending_exc = None
+                raise exc
+            return self._results(&cmd, self.c_t0, end)
         finally:
             self.busy = False
             for i in range(n_items * self.n):
@@ -628,11 +665,11 @@ cdef class NativeEngine:
             ))
         return out
 
-    cdef void _run(self, Command *cmd, int64_t t0, int64_t deadline, bint wait_all,
+    cdef void _run(self, Command *cmd, int64_t timeout_ns, bint wait_all,
                    bint honour_backoff) noexcept nogil:
         cdef int i, k, nfds, rc, events
-        cdef bint last_look = False
-        cdef int64_t remaining, now
+        cdef bint last_look, owed, owed_waited, owes, extended = False
+        cdef int64_t t0, deadline, cold_deadline, remaining, wait, now, next_check
         cdef Master *m
         memset(self.codes, PENDING, <size_t>cmd.n_items * self.n)
         memset(self.oks, 0, cmd.n_items * sizeof(int))
@@ -642,71 +679,112 @@ cdef class NativeEngine:
             memset(self.values, 0, <size_t>cmd.n_items * self.n * sizeof(long long))
         self.c_n_items = cmd.n_items
         self.c_undecided = cmd.n_items
-        self.c_timeout_ns = deadline - t0
+        self.c_timeout_ns = timeout_ns
 
         # 0. Take in what arrived since the last round: late replies, and closed connections.
+        if self.in_round:
+            for i in range(self.n):
+                drop(&self.masters[i])
         self._refresh()
+        # Host names are looked up now, before the round's clock starts, and only when some
+        # named master is about to connect.
+        if self.n_named and self._lookup_due() and not self._resolve(timeout_ns):
+            self.c_t0 = now_ns()
+            return  # interrupted before anything was written: nothing is owed
+
+        t0 = now_ns()
+        self.c_t0 = t0
+        deadline = t0 + timeout_ns
+        # Masters whose connection opens in this round may take longer (see _scripts), and are
+        # waited for past `deadline` only while their answer can still decide a key.
+        cold_deadline = t0 + (timeout_ns if timeout_ns > CONNECT_MIN_NS else CONNECT_MIN_NS)
+        next_check = t0 + SIGNAL_SLICE_NS
+        self.in_round = True
 
         # 1. Queue every command on every master and write what can be written.
         for i in range(self.n):
             m = &self.masters[i]
             m.failed = False
-            # A master that let an earlier round time out and has not caught up since, or that is
-            # still connecting since an earlier round, gets this round's commands but a wait_all
-            # round does not wait for it: one stopped master must not cost every release its
-            # timeout. One merely slower than the quorum (its replies skipped) is waited for.
+            m.cold = False
+            # Once every key is decided, a wait_all round does not wait for a master that let an
+            # earlier round time out and has not caught up since, or that is still connecting
+            # since an earlier round: one stopped master must not cost every release its
+            # timeout. While a key is undecided every master is waited for (see step 2).
             m.waited = not m.lagging and m.state != CONNECTING
             m.slot_head = 0
             m.slot_tail = 0
             self._prepare(i, cmd, t0, honour_backoff)
 
-        # 2. Poll for replies until decided (or all answered) or the deadline.
+        # 2. Poll for replies until decided (or all answered) or the deadline. While a key is
+        # undecided, every master that may still answer is waited for (lagging ones too:
+        # skipping one the quorum needs would be a false failure); once all are decided, a
+        # wait_all round waits for the masters marked `waited` only.
         while True:
             nfds = 0
+            owed = owed_waited = False
             for i in range(self.n):
                 m = &self.masters[i]
-                if m.failed or m.ctx == NULL:
+                if m.failed or m.ctx == NULL or (extended and not m.cold):
                     continue
                 if m.state == CONNECTING:
                     events = POLLOUT
-                elif m.slot_head == m.slot_tail and not m.want_write:
-                    continue
+                    owes = True
+                elif m.slot_head != m.slot_tail:
+                    events = POLLIN | POLLOUT if m.want_write else POLLIN
+                    owes = True
+                elif m.want_write:
+                    events = POLLIN | POLLOUT  # only flushing: it owes this round nothing
+                    owes = False
                 else:
-                    events = POLLIN
-                    if m.want_write:
-                        events |= POLLOUT
+                    continue
+                if owes:
+                    owed = True
+                    owed_waited = owed_waited or m.waited
                 self.fds[nfds].fd = hl_context_fd(m.ctx)
                 self.fds[nfds].events = events
                 self.fds[nfds].revents = 0
                 self.fd_master[nfds] = i
                 nfds += 1
-            if nfds == 0 or (self.c_undecided == 0 and not wait_all):
+            if not owed:
                 break
-            if wait_all and not self._any_outstanding():
+            if self.c_undecided == 0 and (not wait_all or extended or not owed_waited):
                 break
-            remaining = deadline - now_ns()
-            if remaining <= 0:
-                if last_look:
+            if extended and not self._cold_can_decide():
+                break
+            now = now_ns()
+            if now >= next_check:
+                if self._signalled():
                     break
-                # Past the deadline, take one more look without waiting: replies that are
-                # already here count (a client descheduled past its deadline must not call
-                # masters that answered in time dead).
-                last_look = True
-                remaining = 0
-            if remaining > 3600 * <int64_t>1000000000:
-                remaining = 3600 * <int64_t>1000000000
-            rc = hl_poll(self.fds, nfds, <int>((remaining + 999999) // 1000000))
+                now = now_ns()
+                next_check = now + SIGNAL_SLICE_NS
+            remaining = (cold_deadline if extended else deadline) - now
+            # Past the deadline, take one more look without waiting: replies that are already
+            # here count (a client descheduled past its deadline must not call masters that
+            # answered in time dead).
+            last_look = remaining <= 0
+            wait = next_check - now
+            if remaining < wait:
+                wait = remaining if remaining > 0 else 0
+            rc = hl_poll(self.fds, nfds, <int>((wait + 999999) // 1000000))
             if rc < 0:
-                if hl_poll_interrupted() and not last_look:
-                    continue
-                break
+                if not hl_poll_interrupted():
+                    break
+                if self._signalled():
+                    break
+                next_check = now_ns() + SIGNAL_SLICE_NS
+                continue
             for k in range(nfds):
                 if self.fds[k].revents:
                     self._service(self.fd_master[k], self.fds[k].revents, cmd)
             if last_look:
+                if (not extended and self.c_undecided != 0 and cold_deadline > deadline
+                        and self._cold_can_decide()):
+                    extended = True
+                    continue
                 break
 
         # 3. What is still owed is read and dropped by a later round, or the connection goes.
+        # Every way out of the loop above comes here, a signal handler's exception included.
         now = now_ns()
         for i in range(self.n):
             m = &self.masters[i]
@@ -724,6 +802,70 @@ cdef class NativeEngine:
                     self._owe_evals(m, cmd)
             if m.stale > MAX_STALE:
                 fail(m, now)
+        self.in_round = False
+
+    cdef bint _signalled(self) noexcept with gil:
+        """Runs Python's signal handlers; True when one raised (the exception is kept for the
+        caller of the round, which raises it once the round is accounted for)."""
+        try:
+            PyErr_CheckSignals()
+        except BaseException as exc:
+            self.pending_exc = exc
+            return True
+        return False
+
+    cdef bint _cold_can_decide(self) noexcept nogil:
+        """Past the deadline: whether the masters connected in this round, still unanswered,
+        could yet make an undecided key succeed (the others' silence counts as failure by now)."""
+        cdef int i, k, possible
+        cdef Master *m
+        for k in range(self.c_n_items):
+            if self.decided_at[k]:
+                continue
+            possible = self.oks[k]
+            for i in range(self.n):
+                m = &self.masters[i]
+                if (m.cold and not m.failed and m.ctx != NULL
+                        and self.codes[k * self.n + i] == PENDING):
+                    possible += 1
+            if possible >= self.quorum:
+                return True
+        return False
+
+    cdef bint _lookup_due(self) noexcept nogil:
+        """Whether a named master has no connection (this round may open one)."""
+        cdef int i
+        for i in range(self.n):
+            if self.masters[i].named and self.masters[i].ctx == NULL:
+                return True
+        return False
+
+    cdef bint _resolve(self, int64_t timeout_ns) noexcept with gil:
+        """Looks up the named masters that have no connection, all at once, waiting at most the
+        round's timeout (_resolver answers from its cache, and waits only for a name's first
+        lookup). False when interrupted (the exception is kept, as in _signalled)."""
+        cdef int i
+        cdef Master *m
+        cdef bytes text
+        indices = [i for i in range(self.n)
+                   if self.masters[i].named and self.masters[i].ctx == NULL]
+        try:
+            answers = _resolver.lookup_many(
+                [(self._hosts[i], self.masters[i].port) for i in indices],
+                max(timeout_ns, 0) / 1e9)
+        except BaseException as exc:
+            self.pending_exc = exc
+            return False
+        for i, answer in zip(indices, answers):
+            m = &self.masters[i]
+            if isinstance(answer, str):
+                text = answer.encode("utf-8", "replace")
+                m.address = NULL
+                snprintf(m.resolve_error, sizeof(m.resolve_error), b"%s", <char *>text)
+            else:
+                self._addresses[i] = answer.host.encode()
+                m.address = PyBytes_AS_STRING(self._addresses[i])
+        return True
 
     cdef void _refresh(self) noexcept nogil:
         """Reads, without waiting, what idle connections received since the last round.
@@ -794,16 +936,6 @@ cdef class NativeEngine:
                 m.want_write = not done
             if broken:
                 drop(m)
-
-    cdef bint _any_outstanding(self) noexcept nogil:
-        cdef int i
-        for i in range(self.n):
-            if (self.masters[i].waited and not self.masters[i].failed
-                    and self.masters[i].ctx != NULL
-                    and (self.masters[i].state == CONNECTING
-                         or self.masters[i].slot_head != self.masters[i].slot_tail)):
-                return True
-        return False
 
     cdef void _prepare(self, int i, Command *cmd, int64_t now, bint honour_backoff) noexcept nogil:
         cdef Master *m = &self.masters[i]
@@ -883,6 +1015,13 @@ cdef class NativeEngine:
         cdef Master *m = &self.masters[i]
         if m.path != NULL:
             m.ctx = redisConnectUnixNonBlock(m.path)
+        elif m.named:
+            if m.address == NULL:
+                # no address (yet): a failed connect, backed off like one (see _resolve)
+                self._fail_master(i, CONN_ERROR, m.resolve_error, now)
+                return False
+            m.ctx = redisConnectNonBlock(m.address, m.port)
+            m.address = NULL  # each connect uses the lookup made for its own round
         else:
             m.ctx = redisConnectNonBlock(m.host, m.port)
         if m.ctx == NULL:
@@ -893,7 +1032,9 @@ cdef class NativeEngine:
             return False
         hl_set_noinherit(hl_context_fd(m.ctx))
         m.state = CONNECTING
-        m.connect_deadline = now + self.c_timeout_ns
+        m.cold = True
+        m.connect_deadline = now + (
+            self.c_timeout_ns if self.c_timeout_ns > CONNECT_MIN_NS else CONNECT_MIN_NS)
         m.stale = 0
         m.handshake = 0
         return True

@@ -27,7 +27,8 @@ static int hl_poll(hl_pollfd *fds, unsigned long count, int timeout_ms) {
     return WSAPoll(fds, (ULONG)count, timeout_ms);
 }
 
-/* WSAPoll is never interrupted by a signal. */
+/* WSAPoll is never interrupted by a signal: the engine polls in slices and runs Python's
+ * signal handlers (Ctrl-C) between them. */
 static int hl_poll_interrupted(void) { return 0; }
 
 static int64_t hl_now_ns(void) {
@@ -115,6 +116,7 @@ static int hl_poll(hl_pollfd *fds, unsigned long count, int timeout_ms) {
     return poll(fds, (nfds_t)count, timeout_ms);
 }
 
+/* A signal handler ran: the engine runs Python's signal handlers before polling again. */
 static int hl_poll_interrupted(void) { return errno == EINTR; }
 
 static int64_t hl_now_ns(void) {
