@@ -669,6 +669,9 @@ cdef class NativeEngine:
                    bint honour_backoff) noexcept nogil:
         cdef int i, k, nfds, rc, events
         cdef bint last_look, owed, owed_waited, owes, extended = False
+        # The unlock after a failed attempt decides nothing anyone waits for: it goes to every
+        # master but waits for the ones keeping up only, decided or not (see _contract.py).
+        cdef bint best_effort = wait_all and honour_backoff
         cdef int64_t t0, deadline, cold_deadline, remaining, wait, now, next_check
         cdef Master *m
         memset(self.codes, PENDING, <size_t>cmd.n_items * self.n)
@@ -747,7 +750,8 @@ cdef class NativeEngine:
                 nfds += 1
             if not owed:
                 break
-            if self.c_undecided == 0 and (not wait_all or extended or not owed_waited):
+            if ((self.c_undecided == 0 or best_effort)
+                    and (not wait_all or extended or not owed_waited)):
                 break
             if extended and not self._cold_can_decide():
                 break
@@ -777,8 +781,8 @@ cdef class NativeEngine:
                 if self.fds[k].revents:
                     self._service(self.fd_master[k], self.fds[k].revents, cmd)
             if last_look:
-                if (not extended and self.c_undecided != 0 and cold_deadline > deadline
-                        and self._cold_can_decide()):
+                if (not extended and not best_effort and self.c_undecided != 0
+                        and cold_deadline > deadline and self._cold_can_decide()):
                     extended = True
                     continue
                 break

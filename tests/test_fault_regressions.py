@@ -143,7 +143,8 @@ def test_connections_closed_by_the_server_are_replaced(
 
 
 def test_unlock_with_a_late_noscript(engine, request, make_redlock, fault_masters):
-    """Master 0 answers 30 ms late each way (a 60 ms round trip > the 50 ms master_timeout) and
+    """Master 0 answers 60 ms late each way (a 120 ms round trip > the 50 ms master_timeout, and
+    > the 100 ms a connection opened in the round may take: CONNECT_TIMEOUT_MIN_MS) and
     its script cache is empty; master 2 holds the name.  The attempt fails (master 0 timed out);
     its SET did land on master 0, and so does the unlock (EVALSHA), whose NOSCRIPT comes back
     after the unlock round ended.  The EVAL must still be sent: no key is left on master 0,
@@ -155,7 +156,7 @@ def test_unlock_with_a_late_noscript(engine, request, make_redlock, fault_master
     servers = fault_masters.servers[:3]
     urls3 = [fault_masters.proxy.url(0), servers[1].url, servers[2].url]
     servers[2].admin().set("late-noscript", "foreign", px=60000)
-    latency = Fault("latency", {"ms": 30})
+    latency = Fault("latency", {"ms": 60})
     latency.apply(fault_masters, [0])
     try:
         rl = make_redlock(urls3, master_timeout=MT, retry_count=1)

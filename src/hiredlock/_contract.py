@@ -19,7 +19,10 @@ masters that still owed replies to an earlier round (they were slow then), or wh
 still opening since an earlier round, get the commands but are not waited for once the outcome is
 decided: one stopped master does not cost every release its full timeout. While a key is undecided,
 every master that may still answer is waited for (lagging ones included): skipping a master whose
-answer can change the outcome would be a false failure. Either way a master is waited for at most
+answer can change the outcome would be a false failure. The exception is the unlock after a failed
+attempt (wait_all with honour_backoff): nobody waits on its outcome, so it waits for the masters
+keeping up only, decided or not, and a stopped majority does not cost every failed attempt a second
+timeout. Either way a master is waited for at most
 timeout_ms, or, when its connection opens in this round, at most max(timeout_ms,
 CONNECT_TIMEOUT_MIN_MS) from the round's start.
 
@@ -72,8 +75,10 @@ class Engine(Protocol):
         connection that has not run this script yet (so that no lost NOSCRIPT reply can leave the
         script unrun).
 
-        honour_backoff: like set_nx, do not reconnect to masters that failed a moment ago
-        (acquire rounds); release and extend rounds always try every master.
+        honour_backoff: a best-effort round (an acquire, or the unlock after a failed attempt):
+        like set_nx, do not reconnect to masters that failed a moment ago; with wait_all, do not
+        wait for lagging masters even while undecided. Release and extend rounds always try, and
+        wait for, every master their outcome needs.
 
         OK on an integer reply > 0, TAKEN on 0 or nil; every argv has the same length.
         """

@@ -365,6 +365,7 @@ class _Round:
     __slots__ = (
         "active",
         "batch",
+        "best_effort",
         "commands",
         "deadline",
         "evals",
@@ -386,6 +387,7 @@ class _Round:
         deadline: int,
         fresh_deadline: int,
         wait_all: bool,
+        best_effort: bool,
     ) -> None:
         self.kind = kind
         self.commands = commands
@@ -396,6 +398,9 @@ class _Round:
         self.deadline = deadline  # masters connected before the round
         self.fresh_deadline = fresh_deadline  # masters whose connection opens in this round
         self.wait_all = wait_all
+        # The unlock after a failed attempt: nobody waits on its outcome, so it waits for the
+        # masters keeping up only, decided or not (see _contract.py).
+        self.best_effort = best_effort
         self.poller = new_poller()
         # fd -> master, for masters this round still does I/O with: connecting, writing, or owed
         # replies of this round
@@ -422,13 +427,15 @@ class _Round:
         """Whether the round goes on (see the stop rules in _contract.py)."""
         votes = self.votes
         if past_deadline:
+            if self.best_effort:
+                return False
             # Only masters whose connection opened in this round are waited for past the
             # normal deadline, and only while their answer can change an undecided outcome.
             return bool(votes.undecided) and any(
                 master.fresh and (master.state == _CONNECTING or votes.undecided_for(master.index))
                 for master in self.active.values()
             )
-        if votes.undecided:
+        if votes.undecided and not self.best_effort:
             return True  # every master that may still answer is waited for, lagging or not
         if not self.wait_all:
             return False
@@ -521,6 +528,7 @@ class PythonEngine:
                 t0 + timeout_ns,
                 t0 + max(timeout_ns, _CONNECT_MIN_NS),
                 wait_all,
+                wait_all and honour_backoff,
             )
             self._refresh()
             self._start(rnd, t0, honour_backoff)

@@ -344,8 +344,9 @@ class Lock(WithStatement):
     def _attempt(self) -> bool:
         """One attempt; on failure every master is unlocked and the votes are kept.
 
-        An exception in the middle (Ctrl-C, a signal handler's exception) must not leave our
-        token on the masters for the whole ttl: the unlock is sent first, then it propagates.
+        An exception in the middle (Ctrl-C, a signal handler's exception, or any other) must not
+        leave our token on the masters for the whole ttl: the unlock is sent first, then it
+        propagates.
         """
         token = hexlify(urandom(_TOKEN_BYTES))  # new_token(), without its frame
         start = time.monotonic_ns()
@@ -379,7 +380,7 @@ class Lock(WithStatement):
         try:
             self._redlock._release_tokens(((self._key, token),), self._timeout_ms)
         except Exception as exc:
-            _log.warning("hiredlock: unlocking %r after an interrupt failed: %s", self._name, exc)
+            _log.warning("hiredlock: unlocking %r after an exception failed: %s", self._name, exc)
 
     def _refused(self, failed: RoundResult) -> None:
         """Keeps the votes of a failed attempt (the caller has unlocked every master)."""
