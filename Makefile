@@ -38,7 +38,8 @@ test: install
 lint: install
 	$(VENV)/bin/ruff check src tests setup.py
 	$(VENV)/bin/ruff format --check src tests setup.py
-	$(VENV)/bin/cython-lint _native
+	# cython-lint runs pycodestyle as a command: the venv's, found on PATH
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/cython-lint _native
 
 # The main job: the ticket race on 5 local masters started and stopped by the demo itself.
 # "hiredlock[cli]" adds the cli extra (rich) to the package `install` just built, without a rebuild.
