@@ -7,8 +7,6 @@ import select
 import socket
 import time
 
-import pytest
-
 
 class DebugSleep:
     """DEBUG SLEEP on a raw connection to each given master; returns once every one of them
@@ -64,14 +62,3 @@ def wait_blocked(servers, timeout: float = 5.0) -> None:
                 probe.close()
         if waiting:
             time.sleep(0.001)
-
-
-def xfail_on_python(request, engine: str, item: int) -> None:
-    """Marks the python run of a test xfail (not strict): that engine's side of issue 11's `item`
-    is being fixed in _engine_py.py."""
-    if engine == "python":
-        request.applymarker(
-            pytest.mark.xfail(
-                reason=f"python engine: issue 11 item {item} not fixed there yet", strict=False
-            )
-        )

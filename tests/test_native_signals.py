@@ -19,7 +19,6 @@ import time
 import uuid
 
 import pytest
-from round_support import xfail_on_python
 from support import EXTRA_SLACK, FOREIGN, assert_no_key, kb, values
 
 from hiredlock import HiredlockError, Outcome, QuorumUnreachable
@@ -233,8 +232,7 @@ ITERATIONS = 120
 TIME_BUDGET = 60.0 + EXTRA_SLACK
 
 
-def test_random_interrupts_never_desynchronise(request, engine, masters5, make_redlock):
-    xfail_on_python(request, engine, 1)
+def test_random_interrupts_never_desynchronise(engine, masters5, make_redlock):
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     servers = masters5[:3]
@@ -290,11 +288,10 @@ def test_random_interrupts_never_desynchronise(request, engine, masters5, make_r
     assert_no_key(servers, kb(name))
 
 
-def test_random_interrupts_never_desynchronise_an_engine(request, engine, masters5):
+def test_random_interrupts_never_desynchronise_an_engine(engine, masters5):
     """The same at the engine level, where a desynchronised master shows directly: after every
     interrupted round, no master may answer OK to a SET NX or a release of a name another client
     holds (a stale +OK or :1 read as the answer would)."""
-    xfail_on_python(request, engine, 1)
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     servers = masters5[:3]
