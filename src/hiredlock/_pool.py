@@ -47,31 +47,40 @@ class EnginePool:
             self._after_fork()
         if self._closed:
             raise HiredlockError("this Redlock is closed")
-        idle = self._idle
         try:
-            engine = idle.pop()
+            return self._idle.pop()
         except IndexError:
             engine = self._factory()
             self._live[id(engine)] = engine
-            self._low_water = 0
             return engine
-        if len(idle) < self._low_water:
-            self._low_water = len(idle)
-        return engine
 
     def checkin(self, engine: Engine) -> None:
         if self._closed or self._generation != _fork._generation:
             self._close(engine)
             return
         idle = self._idle
-        if len(idle) >= MAX_IDLE:
+        if idle:
+            self._beside_others(engine)  # several threads: the bookkeeping of bursts
+        else:
+            # The pool is empty at this moment, so no idle engine went unused since the last
+            # trim. (A single-threaded loop pays only this on its way back.)
+            self._low_water = 0
+            idle.append(engine)
+        if self._closed:  # close() ran meanwhile and may have missed this engine
+            self._close_idle()
+
+    def _beside_others(self, engine: Engine) -> None:
+        """Checks in an engine while others are idle: closes it past MAX_IDLE, keeps the low
+        point of the idle list (the first checkin after the low point sees it), trims."""
+        idle = self._idle
+        count = len(idle)
+        if count < self._low_water:
+            self._low_water = count
+        if count >= MAX_IDLE:
             self._close(engine)
             return
         idle.append(engine)
-        if self._closed:  # close() ran meanwhile and may have missed this engine
-            self._close_idle()
-        elif len(idle) > 1:
-            self._trim()
+        self._trim()
 
     def close(self) -> None:
         self._closed = True
