@@ -81,7 +81,7 @@ EOF
 logged check-dist-repaired "$TOOLS/bin/python" tools/check_dist.py --sdist "$SDIST" --wheel "$REPAIRED"
 
 logged venv "$PYTHON" -m venv "$WORK/venv"
-logged install-wheel "$WORK/venv/bin/python" -m pip install -q "$REPAIRED" "pytest>=7"
+logged install-wheel "$WORK/venv/bin/python" -m pip install -q "$REPAIRED" "pytest>=7" "redis>=5.0"
 # The tests, without the sources: hiredlock can only come from the venv.
 mkdir -p "$WORK/run"
 cp -r tests "$WORK/run/tests"
@@ -171,7 +171,7 @@ HIREDLOCK_NO_EXTENSIONS=1 logged no-headers-pure unshare -m bash "$WORK/pip-inst
   set -e
   cd "$WORK/run"
   export HIREDLOCK_NO_EXTENSIONS=1 HIREDLOCK_TEST_INSTALLED=1
-  "$WORK/venv-src/bin/python" -m pip install -q "pytest>=7"
+  "$WORK/venv-src/bin/python" -m pip install -q "pytest>=7" "redis>=5.0"
   "$WORK/venv-src/bin/python" tests/test_wheel_smoke.py
   "$WORK/venv-src/bin/python" -m pytest -q -p no:cacheprovider tests/test_wheel_smoke.py
 ) >"$WORK/logs/pure-smoke.log" 2>&1 || { tail -n 40 "$WORK/logs/pure-smoke.log" >&2; die "pure-Python install"; }

@@ -10,7 +10,12 @@ from typing import Any, Optional
 
 
 def redis_client(url: Optional[str] = None, **options: Any):
-    import redis
+    try:
+        import redis
+    except ImportError:
+        raise SystemExit(
+            "hiredlock: this command needs redis-py: pip install 'hiredlock[cli]'"
+        ) from None
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
