@@ -19,7 +19,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import servers
-from servers import PortTaken, RedisServer
+from servers import Canary, PortTaken, RedisServer
 from support import no_extensions
 
 ENGINES = ["native", "python"]
@@ -153,3 +153,22 @@ def redis_factory(redis_server_bin):
 def key(request):
     """A key name unique to this test run."""
     return f"hl:{request.node.name}:{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def canary():
+    """A loopback listener no library connection may reach: bad input is refused before any I/O."""
+    listener = Canary()
+    yield listener
+    listener.close()
+
+
+@pytest.fixture
+def canary_redlock(engine, canary):
+    """A Redlock whose only master is the canary; at teardown, nothing may have connected to it."""
+    from hiredlock import Redlock
+
+    redlock = Redlock([canary.url], backend=engine)
+    yield redlock
+    redlock.close()
+    assert not canary.touched(), "the library connected to a master while refusing bad input"

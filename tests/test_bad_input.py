@@ -10,17 +10,9 @@ import math
 from datetime import timedelta
 
 import pytest
-from servers import Canary
 
 import hiredlock
 from hiredlock import Redlock
-
-
-@pytest.fixture
-def canary():
-    c = Canary()
-    yield c
-    c.close()
 
 
 def _raises_naming(fn, argname, canary):

@@ -11,7 +11,6 @@ import time
 
 import pytest
 from faults.proxy import FaultProxy
-from servers import Canary
 from support import (
     EXTRA_SLACK,
     TOKEN_RE,
@@ -25,7 +24,7 @@ from support import (
     wait_until,
 )
 
-from hiredlock import LockLost, LockNotAcquired, NotHeld, Outcome, QuorumUnreachable, Redlock
+from hiredlock import LockLost, LockNotAcquired, NotHeld, Outcome, QuorumUnreachable
 
 FAILED = {Outcome.TIMEOUT, Outcome.CONN_ERROR, Outcome.ERROR}
 # Per-master timeout: these tests are about the batch, not about slow masters; a loaded machine
@@ -392,21 +391,6 @@ def test_release_many_with_a_lock_not_held_leaves_no_lock_in_limbo(
 
 
 # -- bad input ------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def canary():
-    c = Canary()
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def canary_redlock(engine, canary):
-    rl = Redlock([canary.url], backend=engine)
-    yield rl
-    rl.close()
-    assert not canary.touched(), "the library connected to a master while rejecting bad input"
 
 
 @pytest.mark.parametrize(

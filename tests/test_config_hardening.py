@@ -17,28 +17,12 @@ import pytest
 import redis
 import redis.sentinel
 from redis.credentials import UsernamePasswordCredentialProvider
-from servers import Canary
 from support import urls
 
 import hiredlock
 from hiredlock import Redlock
 
 RESERVED = "hiredlock:fence:"
-
-
-@pytest.fixture
-def canary():
-    c = Canary()
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def canary_redlock(engine, canary):
-    rl = Redlock([canary.url], backend=engine)
-    yield rl
-    rl.close()
-    assert not canary.touched(), "the library connected to a master while refusing bad input"
 
 
 def raises_naming(argname: str, call, *args, **kwargs) -> Exception:

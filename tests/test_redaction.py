@@ -12,19 +12,11 @@ import time
 
 import pytest
 import redis
-from servers import Canary
 from test_cli_common import cli, env, processes_mentioning, start, stop
 
 from hiredlock import MasterSpec, QuorumUnreachable, Redlock, _config
 
 SECRET = "Sekrit-42"
-
-
-@pytest.fixture
-def canary():
-    c = Canary()
-    yield c
-    c.close()
 
 
 def assert_hidden(text: str, *secrets: str) -> None:
