@@ -1,13 +1,11 @@
-"""The rules of the algorithm, written once: Lua scripts, vote outcomes, drift and validity.
-
-Both engines take their scripts and outcome codes from here; the API layer takes the timing rules.
+"""What the engines and the algorithm share, written once: Lua scripts, vote outcomes, the quorum
+size and the constants. The judgement of votes and what follows a round are in _algorithm.py.
 """
 
 from __future__ import annotations
 
 import enum
 import hashlib
-import re
 from typing import NamedTuple, Optional
 
 
@@ -132,54 +130,3 @@ MAX_STALE_REPLIES = 256
 
 def quorum(n_masters: int) -> int:
     return n_masters // 2 + 1
-
-
-def quorum_unreachable(codes: bytes, n_quorum: int) -> bool:
-    """True when so many masters failed that no quorum could have answered, free lock or not."""
-    failed = sum(codes.count(outcome) for outcome in FAILURES)
-    return failed > len(codes) - n_quorum
-
-
-def drift_ms(ttl_ms: float, drift_factor: float) -> float:
-    return ttl_ms * drift_factor + DRIFT_CONSTANT_MS
-
-
-def validity_ms(ttl_ms: float, elapsed_ms: float, drift_factor: float) -> float:
-    """Time the lock is still guaranteed for, measured from the end of the round."""
-    return ttl_ms - elapsed_ms - drift_ms(ttl_ms, drift_factor)
-
-
-def default_master_timeout_ms(ttl_ms: float) -> float:
-    return min(MASTER_TIMEOUT_MAX_MS, max(MASTER_TIMEOUT_MIN_MS, ttl_ms * MASTER_TIMEOUT_FRACTION))
-
-
-# Error replies that say the client is misconfigured (a wrong password, none where one is needed,
-# an ACL that forbids our commands or keys), not that the master is down.
-_CONFIG_ERROR = re.compile(r"\b(WRONGPASS|NOAUTH|NOPERM)\b")
-
-
-def is_config_error(detail: Optional[str]) -> bool:
-    return detail is not None and _CONFIG_ERROR.search(detail) is not None
-
-
-# A failed renewal is tried again after an eighth of the validity left, within these bounds.
-RENEW_RETRY_MIN_MS = 10.0
-RENEW_RETRY_MAX_MS = 250.0
-
-
-def renewal_retry_ns(
-    codes: bytes, n_quorum: int, now_ns: int, valid_until_ns: int, timeout_ms: float
-) -> Optional[int]:
-    """When to try a failed renewal again, or None when the lock is lost.
-
-    Lost: a majority answered that the key is not ours (TAKEN: an extend never revives a key), or
-    the validity left could not hold another round (a wait, then up to two per-master timeouts:
-    the connect allowance of a master that reconnects aside).
-    """
-    if codes.count(Outcome.TAKEN) > len(codes) - n_quorum:
-        return None
-    remaining_ns = valid_until_ns - now_ns
-    delay_ns = int(min(RENEW_RETRY_MAX_MS, max(RENEW_RETRY_MIN_MS, remaining_ns / 8e6)) * 1_000_000)
-    if delay_ns + 2 * timeout_ms * 1_000_000 >= remaining_ns:
-        return None
-    return now_ns + delay_ns

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 import weakref
@@ -11,7 +10,7 @@ from binascii import hexlify
 from os import urandom
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from . import _config, _fork, _scripts
+from . import _algorithm, _config, _fork, _scripts
 from ._config import Duration
 from ._contract import RoundResult
 from ._errors import (
@@ -19,9 +18,7 @@ from ._errors import (
     HiredlockError,
     LockLost,
     LockNotAcquired,
-    MasterConfigError,
     NotHeld,
-    QuorumUnreachable,
     TooManyExtensions,
 )
 
@@ -29,7 +26,6 @@ if TYPE_CHECKING:
     from .redlock import Redlock
 
 _OK = int(_scripts.Outcome.OK)
-_TAKEN = int(_scripts.Outcome.TAKEN)
 _RELEASE = _scripts.RELEASE
 _TOKEN_BYTES = _scripts.TOKEN_BYTES
 
@@ -283,40 +279,19 @@ class Lock(WithStatement):
                     f"lock {self._name!r} is already acquired by this Lock object"
                 )
             self._forget_expired()
-        redlock = self._redlock
-        unreachable_in_a_row = 0
+        if self._attempt():
+            return True
+        # (made only now: most acquires succeed at the first attempt, and this is their path)
+        retrying = _algorithm.Retrying(
+            self._name, self._redlock._quorum, self._redlock, blocking, deadline_ns
+        )
         while True:
+            delay = retrying.after_failure(self._last_codes, self._last_votes)
+            if delay is None:
+                return False
+            time.sleep(delay)
             if self._attempt():
                 return True
-            if self._last_codes is not None and _scripts.quorum_unreachable(
-                self._last_codes, redlock.quorum
-            ):
-                unreachable_in_a_row += 1
-                self._raise_on_config_errors()
-            else:
-                unreachable_in_a_row = 0
-            if unreachable_in_a_row and (
-                not blocking or unreachable_in_a_row >= redlock.retry_count
-            ):
-                raise QuorumUnreachable(
-                    f"lock {self._name!r}: too many masters failed to answer "
-                    f"({redlock.quorum} of {len(redlock.masters)} needed)",
-                    self._last_votes,
-                )
-            if not blocking:
-                return False
-            delay = redlock.retry_delay * random.uniform(0.5, 1.5)
-            if deadline_ns is not None:
-                remaining = (deadline_ns - time.monotonic_ns()) / 1e9
-                if remaining <= 0:
-                    if unreachable_in_a_row:
-                        raise QuorumUnreachable(
-                            f"lock {self._name!r}: too few masters answered before the deadline",
-                            self._last_votes,
-                        )
-                    return False
-                delay = min(delay, remaining)
-            time.sleep(delay)
 
     def _forget_expired(self) -> None:
         """A lock whose validity ran out (or that was lost) is let go locally before a new
@@ -328,18 +303,6 @@ class Lock(WithStatement):
             self._valid_until_ns = 0
             self._acquisition += 1
             self._redlock._held.pop(id(self), None)
-
-    def _raise_on_config_errors(self) -> None:
-        """WRONGPASS, NOAUTH and NOPERM are not an outage: when too many masters said so for a
-        quorum to be possible without them, waiting and retrying cannot help."""
-        refused = [vote for vote in self._last_votes if _scripts.is_config_error(vote.detail)]
-        redlock = self._redlock
-        if len(refused) > len(redlock.masters) - redlock.quorum:
-            raise MasterConfigError(
-                f"lock {self._name!r}: {len(refused)} of {len(redlock.masters)} masters refused "
-                "the credentials or permissions (check the password, user and ACLs)",
-                self._last_votes,
-            )
 
     def _attempt(self) -> bool:
         """One attempt; on failure every master is unlocked and the votes are kept.
@@ -415,8 +378,9 @@ class Lock(WithStatement):
 
     def _refusal(self, result: RoundResult, elapsed_ns: int) -> Optional[RoundResult]:
         """None when `result` is a valid quorum (elapsed counted from the first round's start)."""
-        valid = self._ttl_ms - elapsed_ns / 1e6 - self._drift_ms > 0
-        if result[0].count(_OK) >= self._redlock._quorum and valid:
+        if _algorithm.won(
+            result[0], elapsed_ns, self._ttl_ms, self._drift_ms, self._redlock._quorum
+        ):
             return None
         return result
 
@@ -545,8 +509,7 @@ class Lock(WithStatement):
             timeout_ms,
             wait_all=True,
         )[0]
-        codes, elapsed_ns = result[0], result[1]
-        if codes.count(_OK) >= redlock.quorum and ttl_ms - elapsed_ns / 1e6 - drift > 0:
+        if _algorithm.won(result[0], result[1], ttl_ms, drift, redlock.quorum):
             self._valid_until_ns = start + int((ttl_ms - drift) * 1_000_000)
             return None
         self._last_votes = redlock._votes(result)
@@ -578,7 +541,7 @@ class Lock(WithStatement):
         """Extends the lock if it is still this acquisition's; returns when to renew next.
 
         A failed renewal is retried while the validity left allows another round (see
-        _scripts.renewal_retry_ns); the lock is marked lost only when a majority said the key is
+        _algorithm.renewal_retry_ns); the lock is marked lost only when a majority said the key is
         not ours any more, or when no renewal can finish in time.
         """
         if self._generation != _fork._generation:
@@ -601,7 +564,7 @@ class Lock(WithStatement):
             if failed is None:
                 return now + self._renew_interval_ns()
             end = time.monotonic_ns()
-            retry_at = _scripts.renewal_retry_ns(
+            retry_at = _algorithm.renewal_retry_ns(
                 failed[0], self._redlock.quorum, end, self._valid_until_ns, self._timeout_ms
             )
             if retry_at is not None:

@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any, Callable, NamedTuple, Optional, TypeVar, Union
 
-from . import _backend, _config, _fork, _scripts
+from . import _algorithm, _backend, _config, _fork, _scripts
 from ._config import Duration, MasterLike, MasterSpec
 from ._contract import RoundResult
 from ._errors import HiredlockError, LockLost, NotHeld, QuorumUnreachable, Vote
@@ -184,7 +184,7 @@ class Redlock:
                 continue
             lock._refused(failed)
             unlock.append((lock.key, token))
-            unreachable += _scripts.quorum_unreachable(result[0], self._quorum)
+            unreachable += _algorithm.quorum_unreachable(result[0], self._quorum)
             out.append(None)
         if unlock:
             self._release_tokens(unlock, first._timeout_ms, after_failed_attempt=True)
@@ -327,7 +327,7 @@ class Redlock:
         """The per-master wait of one round for a lock of this ttl."""
         if self._master_timeout_ms is not None:
             return self._master_timeout_ms
-        return _scripts.default_master_timeout_ms(ttl_ms)
+        return _algorithm.default_master_timeout_ms(ttl_ms)
 
     def close(self) -> None:
         """Stops auto-renewal, releases the locks it still holds, and closes every connection.
@@ -459,8 +459,8 @@ class Redlock:
             pass
         ttl_ms = _config.ttl_ms(ttl, "ttl")
         timeout_ms = self.master_timeout_ms(ttl_ms)
-        drift = _scripts.drift_ms(ttl_ms, self._drift_factor)
-        if _scripts.validity_ms(ttl_ms, timeout_ms, self._drift_factor) <= 0:
+        drift = _algorithm.drift_ms(ttl_ms, self._drift_factor)
+        if _algorithm.validity_ms(ttl_ms, timeout_ms, self._drift_factor) <= 0:
             raise ValueError(
                 f"ttl of {ttl_ms} ms is too short: the per-master timeout ({timeout_ms:g} ms) "
                 f"and the clock drift allowance ({drift:g} ms) would leave no validity"

@@ -1,0 +1,169 @@
+"""The judgement of the algorithm, written once and without I/O: what a round's votes mean, and what
+follows a failed round (retry after a delay, give up, raise, mark the lock lost).
+
+Every API layer calls these (one or two calls per round), whatever engine moved the bytes and
+however it waits: a blocking caller sleeps for the delay it is told, an asyncio one awaits it.
+The scripts, outcome codes and constants the engines share are in _scripts.py.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from collections.abc import Sequence
+from typing import Optional, Protocol
+
+from ._errors import MasterConfigError, QuorumUnreachable, Vote
+from ._scripts import (
+    DRIFT_CONSTANT_MS,
+    FAILURES,
+    MASTER_TIMEOUT_FRACTION,
+    MASTER_TIMEOUT_MAX_MS,
+    MASTER_TIMEOUT_MIN_MS,
+    Outcome,
+)
+
+_OK = int(Outcome.OK)
+_TAKEN = int(Outcome.TAKEN)
+
+# -- timing -------------------------------------------------------------------------------------
+
+
+def drift_ms(ttl_ms: float, drift_factor: float) -> float:
+    return ttl_ms * drift_factor + DRIFT_CONSTANT_MS
+
+
+def validity_ms(ttl_ms: float, elapsed_ms: float, drift_factor: float) -> float:
+    """Time the lock is still guaranteed for, measured from the end of the round."""
+    return ttl_ms - elapsed_ms - drift_ms(ttl_ms, drift_factor)
+
+
+def default_master_timeout_ms(ttl_ms: float) -> float:
+    return min(MASTER_TIMEOUT_MAX_MS, max(MASTER_TIMEOUT_MIN_MS, ttl_ms * MASTER_TIMEOUT_FRACTION))
+
+
+# -- one round's votes ----------------------------------------------------------------------
+
+
+def won(codes: bytes, elapsed_ns: int, ttl_ms: float, drift: float, n_quorum: int) -> bool:
+    """A quorum said OK, and time is left: ttl - elapsed - drift > 0 (acquire and extend alike,
+    elapsed counted from the start of the round the validity is measured from)."""
+    return codes.count(_OK) >= n_quorum and ttl_ms - elapsed_ns / 1e6 - drift > 0
+
+
+def quorum_unreachable(codes: bytes, n_quorum: int) -> bool:
+    """True when so many masters failed that no quorum could have answered, free lock or not."""
+    failed = sum(codes.count(outcome) for outcome in FAILURES)
+    return failed > len(codes) - n_quorum
+
+
+# Error replies that say the client is misconfigured (a wrong password, none where one is needed,
+# an ACL that forbids our commands or keys), not that the master is down.
+_CONFIG_ERROR = re.compile(r"\b(WRONGPASS|NOAUTH|NOPERM)\b")
+
+
+def is_config_error(detail: Optional[str]) -> bool:
+    return detail is not None and _CONFIG_ERROR.search(detail) is not None
+
+
+# -- after a failed attempt to acquire ------------------------------------------------------------
+
+
+class RetryPolicy(Protocol):
+    """The options Retrying follows (a Redlock's)."""
+
+    @property
+    def retry_count(self) -> int: ...
+
+    @property
+    def retry_delay(self) -> float: ...
+
+
+class Retrying:
+    """What follows each failed attempt of one acquire() call: the same for every lock kind and
+    for both APIs, which only do the waiting.
+
+    after_failure() raises MasterConfigError at once when too many masters refused our
+    credentials or permissions, QuorumUnreachable after retry_count attempts in a row that too
+    few masters answered (at once when not blocking, or at the deadline); otherwise it returns
+    the delay before the next attempt (random, 0.5 to 1.5 x retry_delay, never past the
+    deadline), or None when the caller gives up (not blocking, or the deadline passed).
+    """
+
+    __slots__ = ("_blocking", "_deadline_ns", "_name", "_policy", "_quorum", "_unreachable")
+
+    def __init__(
+        self,
+        name: object,
+        n_quorum: int,
+        policy: RetryPolicy,
+        blocking: bool,
+        deadline_ns: Optional[int],
+    ) -> None:
+        self._name = name
+        self._quorum = n_quorum
+        self._policy = policy
+        self._blocking = blocking
+        self._deadline_ns = deadline_ns
+        self._unreachable = 0  # failed attempts in a row that too few masters answered
+
+    def after_failure(self, codes: bytes, votes: Sequence[Vote]) -> Optional[float]:
+        policy = self._policy
+        n_masters = len(codes)
+        if quorum_unreachable(codes, self._quorum):
+            self._unreachable += 1
+            refused = sum(is_config_error(vote.detail) for vote in votes)
+            if refused > n_masters - self._quorum:
+                raise MasterConfigError(
+                    f"lock {self._name!r}: {refused} of {n_masters} masters refused the "
+                    "credentials or permissions (check the password, user and ACLs)",
+                    tuple(votes),
+                )
+        else:
+            self._unreachable = 0
+        if self._unreachable and (not self._blocking or self._unreachable >= policy.retry_count):
+            raise QuorumUnreachable(
+                f"lock {self._name!r}: too many masters failed to answer "
+                f"({self._quorum} of {n_masters} needed)",
+                tuple(votes),
+            )
+        if not self._blocking:
+            return None
+        delay = policy.retry_delay * random.uniform(0.5, 1.5)
+        if self._deadline_ns is None:
+            return delay
+        remaining = (self._deadline_ns - time.monotonic_ns()) / 1e9
+        if remaining <= 0:
+            if self._unreachable:
+                raise QuorumUnreachable(
+                    f"lock {self._name!r}: too few masters answered before the deadline",
+                    tuple(votes),
+                )
+            return None
+        return min(delay, remaining)
+
+
+# -- after a failed renewal -------------------------------------------------------------------
+
+# A failed renewal is tried again after an eighth of the validity left, within these bounds.
+RENEW_RETRY_MIN_MS = 10.0
+RENEW_RETRY_MAX_MS = 250.0
+
+
+def renewal_retry_ns(
+    codes: bytes, n_quorum: int, now_ns: int, valid_until_ns: int, timeout_ms: float
+) -> Optional[int]:
+    """When to try a failed renewal again, or None when the lock is lost.
+
+    Lost: a majority answered that the key is not ours (TAKEN: an extend never revives a key), or
+    the validity left could not hold another round (a wait, then up to two per-master timeouts:
+    the connect allowance of a master that reconnects aside).
+    """
+    if codes.count(_TAKEN) > len(codes) - n_quorum:
+        return None
+    remaining_ns = valid_until_ns - now_ns
+    delay_ns = int(min(RENEW_RETRY_MAX_MS, max(RENEW_RETRY_MIN_MS, remaining_ns / 8e6)) * 1_000_000)
+    if delay_ns + 2 * timeout_ms * 1_000_000 >= remaining_ns:
+        return None
+    return now_ns + delay_ns
