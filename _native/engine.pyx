@@ -33,6 +33,7 @@ from libhiredis cimport (
     redisConnectUnixNonBlock,
     redisContext,
     redisFree,
+    redisReader,
     redisReaderGetReply,
     redisReply,
 )
@@ -80,6 +81,10 @@ cdef uint8_t PENDING = 255
 cdef int MAX_STALE = _scripts.MAX_STALE_REPLIES
 cdef int BACKOFF_MIN_MS = _scripts.RECONNECT_BACKOFF_MIN_MS
 cdef int BACKOFF_MAX_MS = _scripts.RECONNECT_BACKOFF_MAX_MS
+# The largest reply a lock command may get: libhiredis keeps a reply's bytes until it is whole,
+# and builds an array's elements as they come, so a master could make it take any amount of
+# memory otherwise.
+cdef size_t MAX_REPLY = _scripts.MAX_REPLY_BYTES
 # A connection opened in a round has at least this long from the round's start (see _scripts).
 cdef int64_t CONNECT_MIN_NS = <int64_t>(_scripts.CONNECT_TIMEOUT_MIN_MS * 1e6)
 # A round that waits takes the GIL this often to run Python's signal handlers: a signal may be
@@ -100,6 +105,8 @@ cdef enum State:
     READY        # connected
 
 cdef size_t MAX_DETAIL = 400
+cdef enum:
+    WHY_SIZE = 96              # room for the reason take_reply() refuses a reply
 
 # Incremented in a child after fork(): an engine made before the fork must not touch its sockets.
 cdef int fork_generation = 0
@@ -298,6 +305,82 @@ cdef void late_reply(Master *m, redisReply *reply) noexcept nogil:
             m.want_write = True
     forget_redo(m, seq + 1)
     m.lagging = m.lagging and m.stale > 0
+
+
+cdef inline const char *pending_bound(redisReader *r, char *why) noexcept nogil:
+    """NULL, or why the reply not complete yet is refused: its bytes so far exceed MAX_REPLY."""
+    if r.len - r.pos <= MAX_REPLY:
+        return NULL
+    snprintf(why, WHY_SIZE, b"reply too large: over %llu bytes pending and not complete",
+             <unsigned long long>MAX_REPLY)
+    return why
+
+
+cdef int odd_reply(redisReader *r, char kind, char *why) noexcept nogil:
+    """A reply of a type lock commands do not get starts at r.pos. 0: libhiredis may read it (a
+    scalar, bounded by pending_bound() like any other, or a nil or empty array); 1: its length
+    line has not all come yet; -1: refused, with the reason in why (WHY_SIZE bytes)."""
+    cdef size_t start = r.pos + 1
+    cdef size_t end, digits_from
+    cdef unsigned long long count = 0
+    cdef bint negative
+    if kind == 37 or kind == 126 or kind == 62 or kind == 124:  # RESP3 '%' '~' '>' '|'
+        snprintf(why, WHY_SIZE, b"protocol error: unexpected reply type '%c'", kind)
+        return -1
+    if kind != 42:  # not '*'
+        return 0
+    # An array: libhiredis would allocate its element table for the length it announces, and
+    # build each element as it comes, before the reply is whole.
+    end = start
+    negative = end < r.len and r.buf[end] == 45  # '-'
+    if negative:
+        end += 1
+    digits_from = end
+    while end < r.len and end - start < 21 and 48 <= r.buf[end] <= 57:
+        count = count * 10 + <unsigned long long>(r.buf[end] - 48)
+        end += 1
+    if end == r.len and end - start < 21:
+        return 1
+    if end == r.len or r.buf[end] != 13 or end == digits_from or end - digits_from > 19:
+        snprintf(why, WHY_SIZE, b"protocol error: bad array length")
+        return -1
+    if negative:
+        if count == 1:
+            return 0
+        snprintf(why, WHY_SIZE, b"protocol error: bad array length")
+        return -1
+    if count == 0:
+        return 0
+    if count > MAX_REPLY // 3:  # each element takes 3 bytes at least
+        snprintf(why, WHY_SIZE, b"reply too large: an array of %.*s elements",
+                 <int>(end - digits_from), r.buf + digits_from)
+    else:
+        snprintf(why, WHY_SIZE, b"unexpected array reply")
+    return -1
+
+
+cdef inline const char *take_reply(redisReader *r, void **raw, char *why) noexcept nogil:
+    """Takes the next whole reply out of the reader into raw[0] (NULL when none has all come
+    yet). Returns NULL, or why the connection must go: a protocol error, or a reply too large
+    for a lock command (why is room for the text, WHY_SIZE bytes)."""
+    cdef char kind
+    cdef int ahead
+    raw[0] = NULL
+    if r.ridx == -1 and r.pos < r.len:
+        # A reply starts at r.pos. Lock commands get status, integer, bulk (nil) or error
+        # replies; any other type is looked at before libhiredis allocates for it.
+        kind = r.buf[r.pos]
+        if kind != 58 and kind != 43 and kind != 36 and kind != 45:  # ':' '+' '$' '-'
+            ahead = odd_reply(r, kind, why)
+            if ahead < 0:
+                return why
+            if ahead > 0:
+                return pending_bound(r, why)
+    if redisReaderGetReply(r, raw) == REDIS_ERR:
+        return b"protocol error in the reply"
+    if raw[0] == NULL:
+        return pending_bound(r, why)
+    return NULL
 
 
 cdef void drop(Master *m) noexcept nogil:
@@ -884,6 +967,9 @@ cdef class NativeEngine:
         cdef redisReply *reply
         cdef bint broken
         cdef int done = 0
+        cdef char why[WHY_SIZE]
+        cdef redisReader *reader
+        cdef size_t pending
         for i in range(self.n):
             m = &self.masters[i]
             # Every open connection is looked at (one poll() for all): skipping those used a
@@ -914,11 +1000,20 @@ cdef class NativeEngine:
                 continue
             broken = redisBufferRead(m.ctx) == REDIS_ERR
             while not broken:
-                if redisReaderGetReply(m.ctx.reader, &raw) == REDIS_ERR:
-                    broken = True
+                reader = m.ctx.reader
+                if take_reply(reader, &raw, why) != NULL:
+                    broken = True  # the next round's connection starts afresh
                     break
                 if raw == NULL:
-                    break
+                    if reader.ridx == -1 and reader.pos == reader.len:
+                        break
+                    # A reply has partly come: what else of it is here is read now, so that a
+                    # huge one is found too large before the round, not in the middle of it.
+                    pending = reader.len - reader.pos
+                    broken = redisBufferRead(m.ctx) == REDIS_ERR
+                    if not broken and reader.len - reader.pos == pending:
+                        break  # nothing more yet
+                    continue
                 reply = <redisReply *>raw
                 m.received += 1
                 if m.handshake > 0:
@@ -1172,9 +1267,12 @@ cdef class NativeEngine:
         cdef void *raw = NULL
         cdef redisReply *reply
         cdef int k
+        cdef const char *refused
+        cdef char why[WHY_SIZE]
         while True:
-            if redisReaderGetReply(m.ctx.reader, &raw) == REDIS_ERR:
-                self._fail_master(i, ERROR, b"protocol error in the reply", now)
+            refused = take_reply(m.ctx.reader, &raw, why)
+            if refused != NULL:
+                self._fail_master(i, ERROR, refused, now)
                 return
             if raw == NULL:
                 return

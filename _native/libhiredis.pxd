@@ -16,8 +16,14 @@ cdef extern from "hiredis/hiredis.h" nogil:
         REDIS_REPLY_STATUS
         REDIS_REPLY_ERROR
 
+    # Fields that 0.14 and 1.x both have, with the same meaning: the bytes received and not yet
+    # parsed are buf[pos:len]; ridx is -1 between replies, 0 while a reply's first line or value
+    # is read, above 0 inside an aggregate's elements.
     ctypedef struct redisReader:
-        pass
+        char *buf
+        size_t pos
+        size_t len
+        int ridx
 
     ctypedef struct redisReply:
         int type
