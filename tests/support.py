@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import select
+import signal
 import socket
 import time
+import traceback
 
 TOKEN_RE = re.compile(r"\A[0-9a-f]{40}\Z")
 FOREIGN = b"foreign-holder-value"
@@ -144,3 +148,43 @@ def debug_sleep(servers, seconds):
             continue  # blocked: the sleep is running
         raise AssertionError(f"DEBUG SLEEP did not block port {s.port} (got {data!r})")
     return socks
+
+
+def in_child(fn, timeout: float = 30.0):
+    """Runs fn() in a forked child; returns what it returned (JSON), or fails: the child raised,
+    or did not finish within `timeout` (a deadlock: it is killed)."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.close(read_fd)
+            try:
+                out = {"ok": True, "value": fn()}
+            except BaseException as exc:
+                out = {"ok": False, "error": f"{exc!r}\n{traceback.format_exc()}"}
+            os.write(write_fd, json.dumps(out).encode())
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    deadline = time.monotonic() + timeout
+    chunks = []
+    while True:  # the pipe reaches its end when the child exits (or closes it)
+        ready, _, _ = select.select([read_fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            os.close(read_fd)
+            raise AssertionError(f"the forked child hung for {timeout} s (a deadlock)")
+        data = os.read(read_fd, 1 << 16)
+        if not data:
+            break
+        chunks.append(data)
+    os.close(read_fd)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    out = json.loads(b"".join(chunks))
+    assert out["ok"], out["error"]
+    return out["value"]

@@ -3,62 +3,19 @@ at the fork, and renews its own auto-renewed locks."""
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
-import signal
 import sys
 import threading
 import time
-import traceback
 
 import pytest
 from features_support import MT
-from support import assert_values, urls
+from support import assert_values, in_child, urls
 
 from hiredlock import NotHeld, Redlock
 
 pytestmark = pytest.mark.fork
-
-CHILD_TIMEOUT = 30.0
-
-
-def in_child(fn, timeout: float = CHILD_TIMEOUT):
-    """Runs fn() in a forked child; returns what it returned (JSON), or fails: the child raised,
-    or did not finish within `timeout` (a deadlock: it is killed)."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            os.close(read_fd)
-            try:
-                out = {"ok": True, "value": fn()}
-            except BaseException as exc:
-                out = {"ok": False, "error": f"{exc!r}\n{traceback.format_exc()}"}
-            os.write(write_fd, json.dumps(out).encode())
-        except BaseException:
-            code = 1
-        finally:
-            os._exit(code)
-    os.close(write_fd)
-    deadline = time.monotonic() + timeout
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            os.close(read_fd)
-            raise AssertionError(f"the forked child hung for {timeout} s (a deadlock)")
-        time.sleep(0.01)
-    data = os.read(read_fd, 1 << 20)
-    os.close(read_fd)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
-    out = json.loads(data)
-    assert out["ok"], out["error"]
-    return out["value"]
 
 
 def test_a_child_does_not_hold_or_release_its_parents_locks(engine, make_redlock, masters5, key):

@@ -4,12 +4,11 @@ connections keep working."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
 import pytest
-from support import assert_no_key, urls
+from support import assert_no_key, in_child, urls
 
 from hiredlock import Redlock
 
@@ -47,30 +46,6 @@ def fds_to(ports: set[int]) -> set[int]:
     return found
 
 
-def run_in_child(child) -> dict:
-    """Forks; the child runs child() and reports what it returns (JSON) through a pipe."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(read_end)
-            try:
-                report = {"value": child()}
-            except BaseException as exc:
-                report = {"error": repr(exc)}
-            os.write(write_end, json.dumps(report).encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        data = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
-    report = json.loads(data)
-    assert "error" not in report, report["error"]
-    return report["value"]
-
-
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
 def test_child_closes_inherited_sockets(engine, masters5, key):
     masters = masters5[:3]
@@ -91,7 +66,7 @@ def test_child_closes_inherited_sockets(engine, masters5, key):
             rl.close()
             return sorted(fds_to(ports) - others)
 
-        left = run_in_child(child)
+        left = in_child(child)
         assert left == [], f"the child still has connections to the masters: fds {left}"
         lock.release()  # the parent's connections still work
         assert_no_key(masters, key)

@@ -1,5 +1,5 @@
-"""The engine pool gives connections back after a burst of threads, and a forked child closes the
-sockets it inherited."""
+"""The engine pool gives connections back after a burst of threads (a forked child closing the
+sockets it inherited: test_fork_sockets.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import os
 import threading
 import time
 
-import pytest
 from features_support import MT, lib_addrs
-from support import urls, wait_until
+from support import urls
 
 from hiredlock import _pool
 
@@ -79,26 +78,3 @@ def test_idle_engines_beyond_one_are_closed_after_their_lifetime(
         time.sleep(0.05)
     counts = _new_connections(masters5[:3], before)
     assert all(count == 1 for count in counts.values()), counts
-
-
-@pytest.mark.fork
-def test_a_forked_child_closes_the_sockets_it_inherited(engine, make_redlock, masters5, key):
-    rl = make_redlock(urls(masters5[:3]), master_timeout=MT)
-    lock = rl.lock(key, 30)
-    assert lock.acquire(blocking=False)
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            before = _open_fds()
-            rl.close()
-            os.write(write_fd, f"{before} {_open_fds()}".encode())
-        finally:
-            os._exit(0)
-    os.close(write_fd)
-    os.waitpid(pid, 0)
-    before, after = map(int, os.read(read_fd, 100).split())
-    os.close(read_fd)
-    assert before - after >= 3, f"the child closed {before - after} inherited sockets, not 3"
-    wait_until(lambda: lock.held, 1, "the parent still holds its lock")
-    lock.release()  # the parent's connections still work
