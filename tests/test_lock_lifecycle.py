@@ -240,3 +240,18 @@ def test_release_after_expiry_still_raises_not_held_or_lock_lost(
         lock.release()
     with pytest.raises(NotHeld):
         lock.release()
+
+
+def test_acquire_on_a_closed_redlock_raises_and_logs_nothing(
+    engine, make_redlock, masters5, key, caplog
+):
+    rl = make_redlock(urls(masters5[:3]), master_timeout=MT)
+    lock = rl.lock(key, 5)
+    rl.close()
+    assert rl.closed
+    with (
+        caplog.at_level("DEBUG", logger="hiredlock"),
+        pytest.raises(HiredlockError, match="closed"),
+    ):
+        lock.acquire(blocking=False)
+    assert not caplog.records, [record.getMessage() for record in caplog.records]

@@ -340,6 +340,8 @@ class Lock(WithStatement):
         logged, and the interrupt that brought us here is what the caller sees."""
         if self._token == token:
             self._let_go()
+        if self._redlock.closed:
+            return  # nothing went out (a closed Redlock refuses every round), nor can it now
         try:
             self._redlock._release_tokens(((self._key, token),), self._timeout_ms)
         except Exception as exc:

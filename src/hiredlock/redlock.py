@@ -102,6 +102,11 @@ class Redlock:
         return self._masters
 
     @property
+    def closed(self) -> bool:
+        """True once close() was called: no lock can be acquired any more."""
+        return self._closed
+
+    @property
     def quorum(self) -> int:
         return self._quorum
 
