@@ -1,11 +1,12 @@
 """The pure-Python engine: the engine contract (see _contract.py) on its own sockets and RESP2.
 
 One round: every command for every master is written before any reply is read (a connection
-opened in the round gets its login, AUTH and SELECT, pipelined in front of them); then one poller
+opened in the round gets its login, AUTH and SELECT, pipelined in front of them); then a driver
 waits on all sockets at once, until the outcome is decided (or, for rounds that wait for all, every
 master that keeps up has answered) or the round's deadline. Sockets are non-blocking and every
 wait is for what is left of the round, so a round's time is bounded as a whole, however a master
-sends its bytes.
+sends its bytes. The round itself never waits (see _Round): the blocking driver is
+run_blocking, below; the asyncio one is _aio_driver.py.
 
 Every reply a connection owes is accounted for, in order (_Master.owed): the login's first, then
 those owed to abandoned rounds (read and dropped by later rounds), then this round's. A master is
@@ -23,7 +24,7 @@ import select
 import socket
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
 from . import _fork, _resolver
@@ -360,17 +361,45 @@ class _Evals:
 
 
 class _Round:
-    """One call: its commands, its votes, and the masters it is still doing I/O with."""
+    """One call: its commands, its votes, and the masters it is still doing I/O with.
+
+    A round never waits: a driver waits for it and feeds it what happened, so one round serves
+    the blocking driver (run_blocking, below) and the asyncio one (_aio_driver.py) alike:
+
+        fds_wanted()              fd -> POLLIN | POLLOUT: what the round waits for on each socket
+        on_ready(fd, r, w)        that socket is readable (r) and/or writable (w)
+        next_deadline_ns          when (time.monotonic_ns) on_deadline is due
+        on_deadline(now_ns)       a deadline passed: a last look without waiting, then the round
+                                  either ends or goes on to the connect bound of new connections
+        finished()                nothing more to wait for: the driver then calls end()
+        end()                     the accounting (once): what each master still owes is kept for
+                                  later rounds to read and drop, or its connection goes; also how
+                                  a driver gives up on a round early (a cancelled task); the
+                                  engine's finish(round) then gives the results
+        break_off()               instead of end() after an exception in the middle of an event:
+                                  what the masters owe is unknown, so their connections go
+        poller                    a poll object registered with exactly fds_wanted(), for a
+                                  driver that polls
+        before_close              None, or called with an fd just before the round closes that
+                                  socket, so a driver can unregister it from its own event loop
+                                  first (fd numbers are reused)
+    """
 
     __slots__ = (
         "active",
         "batch",
+        "before_close",
         "best_effort",
         "commands",
         "deadline",
+        "ended_ns",
         "evals",
         "fresh_deadline",
         "kind",
+        "masters",
+        "next_deadline_ns",
+        "over",
+        "past_deadline",
         "poller",
         "sha",
         "votes",
@@ -379,6 +408,7 @@ class _Round:
 
     def __init__(
         self,
+        masters: Sequence[_Master],
         kind: int,
         commands: list[bytes],
         evals: Optional[_Evals],
@@ -389,6 +419,7 @@ class _Round:
         wait_all: bool,
         best_effort: bool,
     ) -> None:
+        self.masters = masters
         self.kind = kind
         self.commands = commands
         self.batch = commands[0] if len(commands) == 1 else b"".join(commands)
@@ -397,19 +428,112 @@ class _Round:
         self.votes = votes
         self.deadline = deadline  # masters connected before the round
         self.fresh_deadline = fresh_deadline  # masters whose connection opens in this round
+        self.next_deadline_ns = deadline  # then fresh_deadline, once deadline has passed
+        self.past_deadline = False
+        self.over = False  # its last deadline passed
+        self.ended_ns = 0  # when end() ran
         self.wait_all = wait_all
         # The unlock after a failed attempt: nobody waits on its outcome, so it waits for the
         # masters keeping up only, decided or not (see _contract.py).
         self.best_effort = best_effort
         self.poller = new_poller()
+        self.before_close: Optional[Callable[[int], None]] = None
         # fd -> master, for masters this round still does I/O with: connecting, writing, or owed
         # replies of this round
         self.active: dict[int, _Master] = {}
 
+    # -- what a driver calls ---------------------------------------------------------------------
+
+    def fds_wanted(self) -> dict[int, int]:
+        return {fd: _events_wanted(master) for fd, master in self.active.items()}
+
+    def finished(self) -> bool:
+        """Whether the round is over (see the stop rules in _contract.py)."""
+        if self.over or not self.active:
+            return True
+        votes = self.votes
+        if self.past_deadline:
+            if self.best_effort:
+                return True
+            # Only masters whose connection opened in this round are waited for past the
+            # normal deadline, and only while their answer can change an undecided outcome.
+            return not votes.undecided or not any(
+                master.fresh and (master.state == _CONNECTING or votes.undecided_for(master.index))
+                for master in self.active.values()
+            )
+        if votes.undecided and not self.best_effort:
+            return False  # every master that may still answer is waited for, lagging or not
+        if not self.wait_all:
+            return True
+        return not any(master.waited for master in self.active.values())
+
+    def on_ready(self, fd: int, readable: Any, writable: Any) -> None:
+        master = self.active.get(fd)
+        if master is None:
+            return
+        if master.state == _CONNECTING:
+            self._connected(master)
+            return
+        if writable and master.unsent is not None and not self._flush(master):
+            return
+        if readable and not self._read(master):
+            return
+        if not master.todo and master.unsent is None:
+            self.retire(master)
+
+    def on_deadline(self, now_ns: int) -> None:
+        if self.over or now_ns < self.next_deadline_ns:
+            return
+        # Past the deadline, take one more look without waiting: replies that are already here
+        # count (a client descheduled past its deadline must not call masters that answered in
+        # time dead).
+        for fd, event in self.poller.poll(0):
+            self.on_ready(fd, event & ~POLLOUT, event & POLLOUT)
+        if self.past_deadline or self.fresh_deadline <= self.deadline:
+            self.over = True
+        else:
+            self.past_deadline = True
+            self.next_deadline_ns = self.fresh_deadline
+
+    def end(self) -> None:
+        """Accounts the round, once; clears each master's busy mark, last (see the module doc)."""
+        if self.ended_ns:
+            return
+        end = self.ended_ns = time.monotonic_ns()
+        for master in self.masters:
+            if master.sock is not None:
+                if master.state == _CONNECTING:
+                    # Nothing was sent on it: closing loses nothing. Past its deadline it failed.
+                    if end >= master.deadline:
+                        self.votes.explain_pending(master.index, "connect timed out")
+                        master.failed(end, "connect timed out", unreached=True)
+                    else:
+                        master.drop()
+                elif master.unsent is not None:
+                    # Part of a command may be unsent: what reached the master ran or will run
+                    # (later rounds reach it on a new connection); a half command dies with this
+                    # connection.
+                    master.drop()
+                elif master.todo:
+                    self._abandon(master, end)
+            master.busy = False
+
+    def break_off(self) -> None:
+        """Instead of end() after an exception: the connections of masters not accounted yet go
+        (what they owe is unknown)."""
+        for master in self.masters:
+            if master.busy:
+                master.drop()
+                master.busy = False
+
+    # -- bookkeeping -----------------------------------------------------------------------------
+
     def watch(self, master: _Master) -> None:
-        events = POLLOUT if master.state == _CONNECTING else POLLIN
-        if master.unsent is not None:
-            events |= POLLOUT
+        # _events_wanted, written out: this runs for every master of every round
+        if master.state == _CONNECTING:
+            events = POLLOUT
+        else:
+            events = POLLIN if master.unsent is None else POLLIN | POLLOUT
         self.poller.register(master.fd, events)
         self.active[master.fd] = master
 
@@ -421,29 +545,186 @@ class _Round:
         """The master failed in this round: each key it has not answered gets this vote."""
         self.votes.vote_all(master.index, code, detail)
         self.retire(master)
+        if self.before_close is not None and master.sock is not None:
+            self.before_close(master.fd)
         master.failed(time.monotonic_ns(), detail, unreached)
 
-    def worth_waiting(self, past_deadline: bool) -> bool:
-        """Whether the round goes on (see the stop rules in _contract.py)."""
-        votes = self.votes
-        if past_deadline:
-            if self.best_effort:
-                return False
-            # Only masters whose connection opened in this round are waited for past the
-            # normal deadline, and only while their answer can change an undecided outcome.
-            return bool(votes.undecided) and any(
-                master.fresh and (master.state == _CONNECTING or votes.undecided_for(master.index))
-                for master in self.active.values()
-            )
-        if votes.undecided and not self.best_effort:
-            return True  # every master that may still answer is waited for, lagging or not
-        if not self.wait_all:
+    # -- I/O -------------------------------------------------------------------------------------
+
+    def queue(self, master: _Master) -> None:
+        """Writes the round's commands (after the login on a new connection) to a master."""
+        if self.evals is not None and self.sha not in master.scripts:
+            data = self.evals.all()  # not run on this connection yet: EVAL (see _Master.scripts)
+        else:
+            data = self.batch
+        owed = master.owed
+        if master.login_due:
+            master.login_due = False
+            data = master.login + data
+            owed.extend([_LOGIN] * master.n_login)
+        n_items = len(self.commands)
+        if n_items == 1:
+            owed.append(0)
+        else:
+            owed.extend(range(n_items))
+        master.todo = n_items
+        error = master.push(data)
+        if error is not None:
+            self.fail(master, CONN_ERROR, error)
+            return
+        self.watch(master)
+
+    def _connected(self, master: _Master) -> None:
+        """Finishes a non-blocking connect; then the login and the round's commands go."""
+        error = master.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)  # type: ignore[union-attr]
+        if error:
+            self.fail(master, CONN_ERROR, os.strerror(error), unreached=True)
+            return
+        master.state = _READY
+        master.backoff_ms = 0
+        self.retire(master)
+        self.queue(master)
+
+    def _flush(self, master: _Master) -> bool:
+        """Writes more of what the socket did not take; False when the connection failed."""
+        unsent = master.unsent
+        try:
+            sent = master.sock.send(unsent)  # type: ignore[union-attr,arg-type]
+        except BlockingIOError:
+            return True
+        except OSError as exc:
+            self.fail(master, CONN_ERROR, _os_error_text(exc))
             return False
-        return any(master.waited for master in self.active.values())
+        if sent < len(unsent):  # type: ignore[arg-type]
+            master.unsent = unsent[sent:]  # type: ignore[index]
+        else:
+            master.unsent = None
+            self.poller.register(master.fd, POLLIN)
+        return True
+
+    def _read(self, master: _Master) -> bool:
+        """Reads what arrived and counts every whole reply; False when the connection failed."""
+        try:
+            data = master.sock.recv(_RECV_BYTES)  # type: ignore[union-attr]
+        except BlockingIOError:
+            return True
+        except OSError as exc:
+            self.fail(master, CONN_ERROR, _os_error_text(exc))
+            return False
+        if not data:
+            self.fail(master, CONN_ERROR, "connection closed by the master")
+            return False
+        reader = master.reader
+        reader.feed(data)
+        owed = master.owed
+        votes = self.votes
+        while True:
+            try:
+                reply = reader.get()
+            except ReplyTooLarge as exc:
+                self.fail(master, ERROR, str(exc))
+                return False
+            except ProtocolError as exc:
+                self.fail(master, ERROR, f"protocol error: {exc}")
+                return False
+            if reply is NOT_READY:
+                return True
+            if not owed:
+                self.fail(master, ERROR, "protocol error: a reply nobody asked for")
+                return False
+            entry = owed.popleft()
+            if type(entry) is int:
+                master.todo -= 1
+                master.lagging = False  # every earlier reply came first: it has caught up
+                if self.sha is not None:
+                    if type(reply) is not ReplyError:
+                        master.scripts.add(self.sha)
+                    elif reply.text.startswith("NOSCRIPT"):
+                        # The script cache was flushed: send the source, and wait for that reply.
+                        master.scripts.discard(self.sha)
+                        if not self._send(master, self.evals[entry]):  # type: ignore[index]
+                            return False
+                        owed.append(entry)
+                        master.todo += 1
+                        continue
+                votes.count(entry, master.index, self.kind, reply)
+            elif entry is _LOGIN:
+                if type(reply) is ReplyError:
+                    self.fail(master, ERROR, reply.text)
+                    return False
+            elif (
+                entry is not None
+                and type(reply) is ReplyError
+                and reply.text.startswith("NOSCRIPT")
+            ):
+                # owed to an abandoned round: its script still runs there
+                if not self._send(master, entry):
+                    return False
+                owed.append(None)
+
+    def _send(self, master: _Master, data: bytes) -> bool:
+        """Writes one more command in the middle of a round; False when the connection failed."""
+        had_unsent = master.unsent is not None
+        error = master.push(data)
+        if error is not None:
+            self.fail(master, CONN_ERROR, error)
+            return False
+        if master.unsent is not None and not had_unsent:
+            self.poller.register(master.fd, POLLIN | POLLOUT)
+        return True
+
+    def _abandon(self, master: _Master, end: int) -> None:
+        """The round ended with replies still owed: later rounds read them and drop them (a
+        script's, if it says NOSCRIPT, gets its EVAL sent then: see _LOGIN)."""
+        if len(master.owed) > MAX_STALE_REPLIES:
+            master.drop()
+            return
+        evals = self.evals
+        master.owed = deque(
+            (None if evals is None else evals[entry]) if type(entry) is int else entry
+            for entry in master.owed
+        )
+        master.todo = 0
+        if end >= master.deadline:  # an early-decided round leaves the flag as it was
+            master.lagging = True
+
+
+def _events_wanted(master: _Master) -> int:
+    """What a round waits for on a master's socket: the end of its connect, or replies (and room
+    for what is left to write)."""
+    if master.state == _CONNECTING:
+        return POLLOUT
+    return POLLIN if master.unsent is None else POLLIN | POLLOUT
+
+
+def run_blocking(rnd: _Round) -> list[RoundResult]:
+    """The sync driver: polls what the round waits for until it is finished, ends it, and gives
+    its results. An exception on the way (a KeyboardInterrupt, a signal handler's) breaks the
+    round off."""
+    try:
+        # (no socket left in the round is finished() too; tested first, without a call)
+        while rnd.active and not rnd.finished():
+            now = time.monotonic_ns()
+            remaining_ns = rnd.next_deadline_ns - now
+            if remaining_ns > 0:
+                for fd, event in rnd.poller.poll((remaining_ns + 999_999) // 1_000_000):
+                    rnd.on_ready(fd, event & ~POLLOUT, event & POLLOUT)
+            else:
+                rnd.on_deadline(now)
+        rnd.end()
+    except BaseException:
+        rnd.break_off()
+        raise
+    return rnd.votes.results(rnd.ended_ns)
 
 
 class PythonEngine:
-    """Engine contract on plain non-blocking sockets, one connection per master."""
+    """Engine contract on plain non-blocking sockets, one connection per master.
+
+    A round runs in one call (set_nx, run_script), or in steps for a driver of one's own:
+    begin_set_nx / begin_script start it (commands written, connections opening), the driver
+    feeds it events (see _Round), finish(round) gives the results.
+    """
 
     name = "python"
 
@@ -462,11 +743,7 @@ class PythonEngine:
         ttl_ms: int,
         timeout_ms: float,
     ) -> list[RoundResult]:
-        if len(keys) != len(tokens):
-            raise ValueError("set_nx needs one token per key")
-        ttl = b"%d" % int(ttl_ms)
-        commands = [pack_set_nx_px(key, token, ttl) for key, token in zip(keys, tokens)]
-        return self._round(_KIND_SET, commands, None, None, timeout_ms, False, True, False)
+        return run_blocking(self.begin_set_nx(keys, tokens, ttl_ms, timeout_ms))
 
     def run_script(
         self,
@@ -479,12 +756,50 @@ class PythonEngine:
         want_values: bool = False,
         honour_backoff: bool = False,
     ) -> list[RoundResult]:
+        return run_blocking(
+            self.begin_script(
+                sha, source, numkeys, argvs, timeout_ms, wait_all, want_values, honour_backoff
+            )
+        )
+
+    def begin_set_nx(
+        self,
+        keys: Sequence[bytes],
+        tokens: Sequence[bytes],
+        ttl_ms: int,
+        timeout_ms: float,
+    ) -> _Round:
+        """Starts set_nx's round; a driver waits for it, finish() gives its results."""
+        if len(keys) != len(tokens):
+            raise ValueError("set_nx needs one token per key")
+        ttl = b"%d" % int(ttl_ms)
+        commands = [pack_set_nx_px(key, token, ttl) for key, token in zip(keys, tokens)]
+        return self._begin(_KIND_SET, commands, None, None, timeout_ms, False, True, False)
+
+    def begin_script(
+        self,
+        sha: bytes,
+        source: bytes,
+        numkeys: int,
+        argvs: Sequence[tuple[bytes, ...]],
+        timeout_ms: float,
+        wait_all: bool,
+        want_values: bool = False,
+        honour_backoff: bool = False,
+    ) -> _Round:
+        """Starts run_script's round; a driver waits for it, finish() gives its results."""
         count = b"%d" % numkeys
         commands = [pack_command((b"EVALSHA", sha, count, *argv)) for argv in argvs]
         evals = _Evals(source, count, argvs)
-        return self._round(
+        return self._begin(
             _KIND_SCRIPT, commands, evals, sha, timeout_ms, wait_all, honour_backoff, want_values
         )
+
+    @staticmethod
+    def finish(rnd: _Round) -> list[RoundResult]:
+        """The results of a round a driver is done with (accounting it first if need be)."""
+        rnd.end()
+        return rnd.votes.results(rnd.ended_ns)
 
     def close(self) -> None:
         """Closes every connection (in a forked child too: closing sends nothing, see drop)."""
@@ -494,7 +809,7 @@ class PythonEngine:
 
     # -- one round ---------------------------------------------------------------------------
 
-    def _round(
+    def _begin(
         self,
         kind: int,
         commands: list[bytes],
@@ -504,9 +819,11 @@ class PythonEngine:
         wait_all: bool,
         honour_backoff: bool,
         want_values: bool,
-    ) -> list[RoundResult]:
-        if not commands:
-            return []
+    ) -> _Round:
+        if not commands:  # nothing to do: a round with no masters, finished already
+            now = time.monotonic_ns()
+            votes = _Votes(0, len(self._masters), self._quorum, now, want_values)
+            return _Round((), kind, commands, evals, sha, votes, now, now, False, False)
         if self._generation != _fork._generation:  # (an attribute read: cheaper than a call)
             self.close()  # the parent's sockets: closed here, never used
             self._generation = _fork._generation
@@ -515,33 +832,28 @@ class PythonEngine:
             if master.busy:
                 master.drop()  # an exception ended its last round before the accounting
             master.busy = True
+        t0 = time.monotonic_ns()
+        timeout_ns = int(timeout_ms * 1_000_000)
+        votes = _Votes(len(commands), len(masters), self._quorum, t0, want_values)
+        rnd = _Round(
+            masters,
+            kind,
+            commands,
+            evals,
+            sha,
+            votes,
+            t0 + timeout_ns,
+            t0 + max(timeout_ns, _CONNECT_MIN_NS),
+            wait_all,
+            wait_all and honour_backoff,
+        )
         try:
-            t0 = time.monotonic_ns()
-            timeout_ns = int(timeout_ms * 1_000_000)
-            votes = _Votes(len(commands), len(masters), self._quorum, t0, want_values)
-            rnd = _Round(
-                kind,
-                commands,
-                evals,
-                sha,
-                votes,
-                t0 + timeout_ns,
-                t0 + max(timeout_ns, _CONNECT_MIN_NS),
-                wait_all,
-                wait_all and honour_backoff,
-            )
             self._refresh()
             self._start(rnd, t0, honour_backoff)
-            self._wait(rnd)
-            end = time.monotonic_ns()
-            self._account(rnd, end)
-            return votes.results(end)
         except BaseException:
-            for master in masters:
-                if master.busy:
-                    master.drop()
-                    master.busy = False
+            rnd.break_off()
             raise
+        return rnd
 
     def _refresh(self) -> None:
         """Reads, without waiting, what idle connections received since the last round.
@@ -610,7 +922,7 @@ class PythonEngine:
             master.todo = 0
             if master.sock is not None:
                 master.deadline = rnd.deadline
-                self._queue(master, rnd)
+                rnd.queue(master)
             elif (
                 honour_backoff
                 and t0 < master.down_until
@@ -657,205 +969,6 @@ class PythonEngine:
         master.waited = True
         master.deadline = rnd.fresh_deadline
         if master.state == _READY:
-            self._queue(master, rnd)
+            rnd.queue(master)
         else:
             rnd.watch(master)
-
-    @staticmethod
-    def _queue(master: _Master, rnd: _Round) -> None:
-        """Writes the round's commands (after the login on a new connection) to a master."""
-        if rnd.evals is not None and rnd.sha not in master.scripts:
-            data = rnd.evals.all()  # not run on this connection yet: EVAL (see _Master.scripts)
-        else:
-            data = rnd.batch
-        owed = master.owed
-        if master.login_due:
-            master.login_due = False
-            data = master.login + data
-            owed.extend([_LOGIN] * master.n_login)
-        n_items = len(rnd.commands)
-        if n_items == 1:
-            owed.append(0)
-        else:
-            owed.extend(range(n_items))
-        master.todo = n_items
-        error = master.push(data)
-        if error is not None:
-            rnd.fail(master, CONN_ERROR, error)
-            return
-        rnd.watch(master)
-
-    def _wait(self, rnd: _Round) -> None:
-        """Polls until the round is over (see _Round.worth_waiting) or its deadlines pass."""
-        active = rnd.active
-        poller = rnd.poller
-        until = rnd.deadline
-        past_deadline = False
-        while active and rnd.worth_waiting(past_deadline):
-            remaining_ns = until - time.monotonic_ns()
-            if remaining_ns > 0:
-                self._service(rnd, poller.poll((remaining_ns + 999_999) // 1_000_000))
-                continue
-            # Past the deadline, take one more look without waiting: replies that are already
-            # here count (a client descheduled past its deadline must not call masters that
-            # answered in time dead).
-            self._service(rnd, poller.poll(0))
-            if past_deadline or rnd.fresh_deadline <= rnd.deadline:
-                return
-            past_deadline = True
-            until = rnd.fresh_deadline
-
-    def _service(self, rnd: _Round, events: list[tuple[int, int]]) -> None:
-        active = rnd.active
-        for fd, event in events:
-            master = active.get(fd)
-            if master is None:
-                continue
-            if master.state == _CONNECTING:
-                self._connected(master, rnd)
-                continue
-            if event & POLLOUT and master.unsent is not None and not self._flush(master, rnd):
-                continue
-            if event & ~POLLOUT and not self._read(master, rnd):
-                continue
-            if not master.todo and master.unsent is None:
-                rnd.retire(master)
-
-    def _connected(self, master: _Master, rnd: _Round) -> None:
-        """Finishes a non-blocking connect; then the login and the round's commands go."""
-        error = master.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)  # type: ignore[union-attr]
-        if error:
-            rnd.fail(master, CONN_ERROR, os.strerror(error), unreached=True)
-            return
-        master.state = _READY
-        master.backoff_ms = 0
-        rnd.retire(master)
-        self._queue(master, rnd)
-
-    @staticmethod
-    def _flush(master: _Master, rnd: _Round) -> bool:
-        """Writes more of what the socket did not take; False when the connection failed."""
-        unsent = master.unsent
-        try:
-            sent = master.sock.send(unsent)  # type: ignore[union-attr,arg-type]
-        except BlockingIOError:
-            return True
-        except OSError as exc:
-            rnd.fail(master, CONN_ERROR, _os_error_text(exc))
-            return False
-        if sent < len(unsent):  # type: ignore[arg-type]
-            master.unsent = unsent[sent:]  # type: ignore[index]
-        else:
-            master.unsent = None
-            rnd.poller.register(master.fd, POLLIN)
-        return True
-
-    @staticmethod
-    def _read(master: _Master, rnd: _Round) -> bool:
-        """Reads what arrived and counts every whole reply; False when the connection failed."""
-        try:
-            data = master.sock.recv(_RECV_BYTES)  # type: ignore[union-attr]
-        except BlockingIOError:
-            return True
-        except OSError as exc:
-            rnd.fail(master, CONN_ERROR, _os_error_text(exc))
-            return False
-        if not data:
-            rnd.fail(master, CONN_ERROR, "connection closed by the master")
-            return False
-        reader = master.reader
-        reader.feed(data)
-        owed = master.owed
-        votes = rnd.votes
-        while True:
-            try:
-                reply = reader.get()
-            except ReplyTooLarge as exc:
-                rnd.fail(master, ERROR, str(exc))
-                return False
-            except ProtocolError as exc:
-                rnd.fail(master, ERROR, f"protocol error: {exc}")
-                return False
-            if reply is NOT_READY:
-                return True
-            if not owed:
-                rnd.fail(master, ERROR, "protocol error: a reply nobody asked for")
-                return False
-            entry = owed.popleft()
-            if type(entry) is int:
-                master.todo -= 1
-                master.lagging = False  # every earlier reply came first: it has caught up
-                if rnd.sha is not None:
-                    if type(reply) is not ReplyError:
-                        master.scripts.add(rnd.sha)
-                    elif reply.text.startswith("NOSCRIPT"):
-                        # The script cache was flushed: send the source, and wait for that reply.
-                        master.scripts.discard(rnd.sha)
-                        if not PythonEngine._send(master, rnd, rnd.evals[entry]):  # type: ignore[index]
-                            return False
-                        owed.append(entry)
-                        master.todo += 1
-                        continue
-                votes.count(entry, master.index, rnd.kind, reply)
-            elif entry is _LOGIN:
-                if type(reply) is ReplyError:
-                    rnd.fail(master, ERROR, reply.text)
-                    return False
-            elif (
-                entry is not None
-                and type(reply) is ReplyError
-                and reply.text.startswith("NOSCRIPT")
-            ):
-                # owed to an abandoned round: its script still runs there
-                if not PythonEngine._send(master, rnd, entry):
-                    return False
-                owed.append(None)
-
-    @staticmethod
-    def _send(master: _Master, rnd: _Round, data: bytes) -> bool:
-        """Writes one more command in the middle of a round; False when the connection failed."""
-        had_unsent = master.unsent is not None
-        error = master.push(data)
-        if error is not None:
-            rnd.fail(master, CONN_ERROR, error)
-            return False
-        if master.unsent is not None and not had_unsent:
-            rnd.poller.register(master.fd, POLLIN | POLLOUT)
-        return True
-
-    def _account(self, rnd: _Round, end: int) -> None:
-        """The round is over: what each master still owes is kept for later rounds to read and
-        drop, or its connection goes. Clears each master's busy mark, last."""
-        for master in self._masters:
-            if master.sock is not None:
-                if master.state == _CONNECTING:
-                    # Nothing was sent on it: closing loses nothing. Past its deadline it failed.
-                    if end >= master.deadline:
-                        rnd.votes.explain_pending(master.index, "connect timed out")
-                        master.failed(end, "connect timed out", unreached=True)
-                    else:
-                        master.drop()
-                elif master.unsent is not None:
-                    # Part of a command may be unsent: what reached the master ran or will run
-                    # (later rounds reach it on a new connection); a half command dies with this
-                    # connection.
-                    master.drop()
-                elif master.todo:
-                    self._abandon(master, rnd, end)
-            master.busy = False
-
-    @staticmethod
-    def _abandon(master: _Master, rnd: _Round, end: int) -> None:
-        """The round ended with replies still owed: later rounds read them and drop them (a
-        script's, if it says NOSCRIPT, gets its EVAL sent then: see _LOGIN)."""
-        if len(master.owed) > MAX_STALE_REPLIES:
-            master.drop()
-            return
-        evals = rnd.evals
-        master.owed = deque(
-            (None if evals is None else evals[entry]) if type(entry) is int else entry
-            for entry in master.owed
-        )
-        master.todo = 0
-        if end >= master.deadline:  # an early-decided round leaves the flag as it was
-            master.lagging = True

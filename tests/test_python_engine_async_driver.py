@@ -1,0 +1,246 @@
+"""The python engine's rounds driven by the asyncio driver (hiredlock._aio_driver), real servers:
+the same votes as the blocking driver, a stopped master's timeout, cancellation at any point
+never desynchronising the engine, and many rounds at once on one loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import socket
+import time
+
+from hiredlock._aio_driver import drive
+from hiredlock._config import parse_masters
+from hiredlock._engine_py import PythonEngine
+from hiredlock._scripts import EXTEND, RELEASE, Outcome
+
+OK = int(Outcome.OK)
+TAKEN = int(Outcome.TAKEN)
+TIMEOUT = int(Outcome.TIMEOUT)
+SKIPPED = int(Outcome.SKIPPED)
+
+TTL_MS = 10_000
+TIMEOUT_MS = 500.0
+FOREIGN = b"f" * 40
+MINE = b"m" * 40
+
+
+def new_engine(servers) -> PythonEngine:
+    return PythonEngine(parse_masters([srv.url for srv in servers]))
+
+
+async def set_nx_async(engine, keys, tokens, timeout_ms=TIMEOUT_MS):
+    rnd = engine.begin_set_nx(keys, tokens, TTL_MS, timeout_ms)
+    await drive(rnd)
+    return engine.finish(rnd)
+
+
+async def release_async(engine, keys, tokens, wait_all=True):
+    argvs = [(key, token) for key, token in zip(keys, tokens)]
+    rnd = engine.begin_script(RELEASE.sha, RELEASE.source, 1, argvs, TIMEOUT_MS, wait_all)
+    await drive(rnd)
+    return engine.finish(rnd)
+
+
+def release_sync(engine, keys, tokens, wait_all=True):
+    argvs = [(key, token) for key, token in zip(keys, tokens)]
+    return engine.run_script(RELEASE.sha, RELEASE.source, 1, argvs, TIMEOUT_MS, wait_all)
+
+
+def codes_of(results) -> list[bytes]:
+    return [codes for codes, _elapsed, _details, _values in results]
+
+
+def hold_foreign(servers, key: bytes, on: list[int]) -> None:
+    for index in on:
+        servers[index].admin().set(key, FOREIGN, px=TTL_MS)
+
+
+def fds_of(engine) -> set[int]:
+    return {master.fd for master in engine._masters if master.fd >= 0}
+
+
+def assert_unregistered(loop, fds) -> None:
+    for fd in fds:
+        assert not loop.remove_reader(fd), f"fd {fd} still has a reader on the loop"
+        assert not loop.remove_writer(fd), f"fd {fd} still has a writer on the loop"
+
+
+# Per key: the masters holding a foreign value, and the votes that gives.
+LAYOUTS = {
+    b"free": ([], bytes([OK] * 5)),
+    b"minority": ([0, 1], bytes([TAKEN, TAKEN, OK, OK, OK])),
+    b"majority": ([1, 2, 4], bytes([OK, TAKEN, TAKEN, OK, TAKEN])),
+    b"everywhere": ([0, 1, 2, 3, 4], bytes([TAKEN] * 5)),
+}
+
+
+def test_same_votes_as_the_blocking_driver(masters5, key):
+    keys_by_driver = {
+        driver: [f"{key}:{driver}:{name.decode()}".encode() for name in LAYOUTS]
+        for driver in ("sync", "async")
+    }
+    for keys in keys_by_driver.values():
+        for k, (holders, _votes) in zip(keys, LAYOUTS.values()):
+            hold_foreign(masters5, k, holders)
+    expected = [votes for _holders, votes in LAYOUTS.values()]
+    tokens = [b"%040d" % i for i in range(len(LAYOUTS))]
+    sync_engine, async_engine = new_engine(masters5), new_engine(masters5)
+    try:
+        sync_set = sync_engine.set_nx(keys_by_driver["sync"], tokens, TTL_MS, TIMEOUT_MS)
+        async_set = asyncio.run(set_nx_async(async_engine, keys_by_driver["async"], tokens))
+        # set_nx stops once every key is decided: masters not heard from by then are SKIPPED,
+        # so only the masters both drivers heard from are compared.
+        for sync_codes, async_codes, want in zip(codes_of(sync_set), codes_of(async_set), expected):
+            for master in range(5):
+                if SKIPPED not in (sync_codes[master], async_codes[master]):
+                    assert sync_codes[master] == async_codes[master] == want[master]
+
+        sync_release = release_sync(sync_engine, keys_by_driver["sync"], tokens)
+        async_release = asyncio.run(release_async(async_engine, keys_by_driver["async"], tokens))
+        assert codes_of(sync_release) == codes_of(async_release) == expected
+    finally:
+        sync_engine.close()
+        async_engine.close()
+    for k in keys_by_driver["async"]:
+        assert all(srv.admin().get(k) in (None, FOREIGN) for srv in masters5)
+
+
+def test_a_stopped_master_times_out_while_the_others_answer(masters5, key):
+    k = key.encode()
+    hold_foreign(masters5, k, [0, 1])  # 2 TAKEN + 2 OK of 5: undecided without the stopped one
+    engine = new_engine(masters5)
+    timeout_ms = 300.0
+    try:
+        asyncio.run(set_nx_async(engine, [k + b":warm"], [b"w" * 40]))  # connections open
+        masters5[4].stop()
+        t0 = time.monotonic()
+        ((codes, elapsed_ns, details, _values),) = asyncio.run(
+            set_nx_async(engine, [k], [b"t" * 40], timeout_ms)
+        )
+        elapsed = time.monotonic() - t0
+    finally:
+        engine.close()
+    assert codes == bytes([TAKEN, TAKEN, OK, OK, TIMEOUT]), details
+    assert timeout_ms / 1000 <= elapsed < timeout_ms / 1000 + 0.25
+    assert elapsed_ns / 1e9 <= elapsed
+
+
+class Sleepers:
+    """A raw connection per master that sends DEBUG SLEEP without waiting for it, so that the
+    next round's replies come late enough for a cancellation to leave them owed."""
+
+    def __init__(self, servers) -> None:
+        self.conns = [socket.create_connection((srv.host, srv.port)) for srv in servers]
+        self.unanswered = [0] * len(servers)
+
+    def sleep(self, index: int, seconds: float) -> None:
+        text = f"{seconds:g}".encode()
+        self.conns[index].sendall(
+            b"*3\r\n$5\r\nDEBUG\r\n$5\r\nSLEEP\r\n$%d\r\n%s\r\n" % (len(text), text)
+        )
+        self.unanswered[index] += 1
+
+    def settle(self) -> None:
+        for index, conn in enumerate(self.conns):
+            expected = b"+OK\r\n" * self.unanswered[index]
+            received = b""
+            while len(received) < len(expected):
+                received += conn.recv(4096)
+            assert received == expected
+            self.unanswered[index] = 0
+
+    def close(self) -> None:
+        for conn in self.conns:
+            conn.close()
+
+
+def left_owed(engine) -> bool:
+    """Whether a master's connection still owes replies of an abandoned round."""
+    return any(None in master.owed for master in engine._masters)
+
+
+async def cancelled_rounds(engine, sleepers, held, mine, key, iterations, rng) -> int:
+    """Cancels rounds at random points; returns how many of them left replies owed."""
+    loop = asyncio.get_running_loop()
+    token = MINE
+    n_left_owed = 0
+    for i in range(iterations):
+        for index in rng.sample(range(5), rng.randrange(3)):
+            sleepers.sleep(index, 0.002)
+        # Rounds whose every reply would be an OK, were it taken for the next round's answer.
+        if rng.random() < 0.5:
+            fresh = f"{key}:{i}".encode()
+            rnd = engine.begin_set_nx([fresh], [token], TTL_MS, TIMEOUT_MS)
+        else:
+            argv = (mine, token, b"%d" % TTL_MS)
+            rnd = engine.begin_script(EXTEND.sha, EXTEND.source, 1, [argv], TIMEOUT_MS, True)
+        fds = set(rnd.fds_wanted()) | fds_of(engine)
+        task = asyncio.ensure_future(drive(rnd))
+        if rng.random() < 0.5:
+            for _ in range(rng.randrange(4)):
+                await asyncio.sleep(0)
+        else:
+            await asyncio.sleep(rng.random() * 0.002)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert_unregistered(loop, fds)
+        n_left_owed += left_owed(engine)
+        # Whatever the cancelled round left owed must never pass for this round's answer.
+        ((codes, _elapsed, details, _values),) = await set_nx_async(engine, [held], [token])
+        assert OK not in codes, (i, codes, details)
+        assert_unregistered(loop, fds | fds_of(engine))
+        sleepers.settle()
+    return n_left_owed
+
+
+def test_cancellation_never_desynchronises_the_engine(masters5, key):
+    held = f"{key}:held".encode()
+    mine = f"{key}:mine".encode()
+    hold_foreign(masters5, held, range(5))
+    for srv in masters5:
+        srv.admin().set(mine, MINE, px=TTL_MS)
+    engine = new_engine(masters5)
+    sleepers = Sleepers(masters5)
+    rng = random.Random(12)
+    t0 = time.monotonic()
+    try:
+        n_left_owed = asyncio.run(
+            asyncio.wait_for(
+                cancelled_rounds(engine, sleepers, held, mine, key, 200, rng), timeout=120
+            )
+        )
+    finally:
+        engine.close()
+        sleepers.close()
+    assert time.monotonic() - t0 < 120
+    assert n_left_owed >= 20, "too few cancellations came in the middle of a round"
+    assert all(srv.admin().get(held) == FOREIGN for srv in masters5)
+
+
+def test_a_hundred_rounds_at_once(masters5, key):
+    servers = masters5[:3]
+    engines = [new_engine(servers) for _ in range(100)]
+
+    async def cycle(engine, index):
+        k, token = f"{key}:{index}".encode(), b"%040d" % index
+        ((taken, *_),) = await set_nx_async(engine, [k], [token])
+        ((released, *_),) = await release_async(engine, [k], [token])
+        return taken, released
+
+    async def all_at_once():
+        return await asyncio.wait_for(
+            asyncio.gather(*(cycle(engine, i) for i, engine in enumerate(engines))), 60
+        )
+
+    try:
+        outcomes = asyncio.run(all_at_once())
+    finally:
+        for engine in engines:
+            engine.close()
+    # set_nx stops at a quorum: the third master's vote may be SKIPPED
+    for taken, released in outcomes:
+        assert taken.count(OK) >= 2 and set(taken) <= {OK, SKIPPED}, taken
+        assert released == bytes([OK] * 3)
