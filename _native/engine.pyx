@@ -8,8 +8,10 @@ C structs. Python objects are made only for the result. The scripts, the outcome
 timing rule come from the Python package; this file only moves bytes and counts votes.
 """
 
+cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.exc cimport PyErr_CheckSignals
+from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint8_t, uint32_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.stdio cimport snprintf
@@ -38,7 +40,7 @@ from libhiredis cimport (
     redisReply,
 )
 
-from hiredlock import _resolver, _scripts
+from hiredlock import _poller, _resolver, _scripts
 
 
 cdef extern from "hl_platform.h" nogil:
@@ -68,6 +70,19 @@ cdef extern from "hl_platform.h" nogil:
     hl_socket hl_context_fd(redisContext *ctx)  # ctx.fd: redisFD (SOCKET) on Windows
 
 
+cdef extern from *:
+    """
+    #ifdef _WIN32
+    static void hl_close_socket(hl_socket fd) { closesocket(fd); }
+    #else
+    #include <unistd.h>
+    static void hl_close_socket(int fd) { close(fd); }
+    #endif
+    """
+    # closes the socket only: for a connection whose libhiredis memory is not to be touched
+    void close_socket "hl_close_socket" (hl_socket fd) nogil
+
+
 HIREDIS_VERSION = f"{HIREDIS_MAJOR}.{HIREDIS_MINOR}.{HIREDIS_PATCH}"
 
 # Outcome codes, taken from the Python package so that both engines speak the same numbers.
@@ -91,6 +106,9 @@ cdef int64_t CONNECT_MIN_NS = <int64_t>(_scripts.CONNECT_TIMEOUT_MIN_MS * 1e6)
 # delivered to another thread than the one in poll() (no EINTR here then), and WSAPoll is never
 # interrupted at all. A round that decides sooner never takes it.
 cdef int64_t SIGNAL_SLICE_NS = 10 * 1000000
+# What fds_wanted() reports, in the event loop's terms (hiredlock._poller's).
+cdef int EVENT_IN = _poller.POLLIN
+cdef int EVENT_OUT = _poller.POLLOUT
 
 SET_HEAD = (b"SET",)
 NUMKEYS = tuple(str(count).encode() for count in range(10))
@@ -192,15 +210,25 @@ cdef int format_command(char **target, int argc, const char **argv,
     target[0] = buffer
     return <int>(put_command(buffer, argc, argv, argvlen) - buffer)
 
-cdef int _parts(tuple parts, const char **ptr, size_t *length) except -1:
+cdef extern from "Python.h":
+    # Borrowed references, no reference counting: for the tuples of bytes a round points into.
+    PyObject *tuple_item "PyTuple_GET_ITEM" (object tuple, Py_ssize_t index)
+    char *bytes_data "PyBytes_AS_STRING" (PyObject *value)
+    Py_ssize_t bytes_size "PyBytes_GET_SIZE" (PyObject *value)
+
+
+cdef inline int _parts(tuple parts, const char **ptr, size_t *length) except -1:
     """Points at the bytes of a few shared arguments (the tuple keeps them alive)."""
-    cdef int j
-    if len(parts) > MAX_PARTS:
+    cdef Py_ssize_t j
+    cdef Py_ssize_t count = len(parts)
+    cdef PyObject *part
+    if count > MAX_PARTS:
         raise ValueError("too many shared arguments")
-    for j in range(len(parts)):
-        ptr[j] = PyBytes_AS_STRING(parts[j])
-        length[j] = PyBytes_GET_SIZE(parts[j])
-    return len(parts)
+    for j in range(count):
+        part = tuple_item(parts, j)
+        ptr[j] = bytes_data(part)
+        length[j] = bytes_size(part)
+    return <int>count
 
 
 cdef struct Command:
@@ -275,6 +303,11 @@ cdef struct Master:
     bint unreached             # its last failure came before anything was written to it
     bint cold                  # its connection was opened in this round (CONNECT_MIN_NS applies)
     int64_t last_round_end     # when a round last ended with this connection open
+    # In an event-fed round a closed connection's socket stays open in `doomed` until the round
+    # has told its driver (before_close), which must take the fd off its event loop before the
+    # number can be reused.
+    bint defer_free
+    redisContext *doomed
 
 
 cdef void forget_redo(Master *m, unsigned long long up_to) noexcept nogil:
@@ -386,7 +419,10 @@ cdef inline const char *take_reply(redisReader *r, void **raw, char *why) noexce
 cdef void drop(Master *m) noexcept nogil:
     """Closes the connection (close() only: no bytes are sent, safe in a forked child)."""
     if m.ctx != NULL:
-        redisFree(m.ctx)
+        if m.defer_free and m.doomed == NULL:
+            m.doomed = m.ctx
+        else:
+            redisFree(m.ctx)
         m.ctx = NULL
     forget_redo(m, <unsigned long long>-1)
     m.sent = 0
@@ -397,6 +433,13 @@ cdef void drop(Master *m) noexcept nogil:
     m.want_write = False
     m.lagging = False
     m.scripts_known = 0
+
+
+cdef void bury(Master *m) noexcept nogil:
+    """Closes the socket a deferred drop() kept open (see Master.doomed)."""
+    if m.doomed != NULL:
+        redisFree(m.doomed)
+        m.doomed = NULL
 
 
 cdef void fail(Master *m, int64_t now) noexcept nogil:
@@ -411,6 +454,12 @@ cdef void fail(Master *m, int64_t now) noexcept nogil:
     m.down_until = now + <int64_t>m.backoff_ms * 1000000
 
 
+cdef class NativeRound
+
+
+# final: its cdef methods are called directly (no vtable), so the C compiler may inline the
+# steps that the sync loop and the event-fed round share.
+@cython.final
 cdef class NativeEngine:
     """Engine contract on libhiredis: one non-blocking connection per master."""
 
@@ -419,6 +468,7 @@ cdef class NativeEngine:
     cdef int quorum
     cdef int generation
     cdef bint busy
+    cdef bint beginning        # begin_*: the call hands out its round instead of running it
     cdef bint closed
     # Set before a round writes anything, cleared once it has accounted for every reply it is
     # still owed: if a round ever left without doing so, the next one drops every connection
@@ -455,6 +505,14 @@ cdef class NativeEngine:
     cdef int c_undecided
     cdef int64_t c_timeout_ns
     cdef int64_t c_t0
+    cdef int64_t c_deadline        # masters connected before the round are waited for until then
+    cdef int64_t c_cold_deadline   # masters whose connection opens in the round: until then
+    cdef bint c_wait_all
+    cdef bint c_best_effort
+    cdef bint c_extended           # past c_deadline, waiting for masters connected in the round
+    cdef bint c_details            # some vote of the round has a detail text (to free)
+    cdef bint c_owed               # what _wanted() found
+    cdef bint c_owed_waited
 
     name = "native"
 
@@ -576,8 +634,8 @@ cdef class NativeEngine:
     def __dealloc__(self):
         cdef int i
         if self.masters != NULL:
+            self._close_all()
             for i in range(self.n):
-                drop(&self.masters[i])
                 free(self.masters[i].slots)
                 free(self.masters[i].slot_seq)
             free(self.masters)
@@ -590,12 +648,31 @@ cdef class NativeEngine:
 
     def close(self):
         """Closes every connection (without I/O on them in a forked child)."""
-        cdef int i
-        for i in range(self.n):
-            drop(&self.masters[i])
+        self._close_all()
         self.closed = True
 
-    # -- the two calls of the contract ---------------------------------------------------------
+    cdef void _close_all(self) noexcept:
+        cdef int i
+        cdef Master *m
+        # In a child forked while a thread of the parent was in a round of this engine (with the
+        # GIL released), that thread stopped anywhere: between libhiredis freeing a buffer and
+        # replacing it (waiting for malloc's lock, which fork() holds), say. Its connections'
+        # memory cannot be trusted, so only their sockets are closed and the rest is left.
+        cdef bint torn = self.busy and self.generation != fork_generation
+        for i in range(self.n):
+            m = &self.masters[i]
+            m.defer_free = False
+            if torn:
+                if m.ctx != NULL:
+                    close_socket(hl_context_fd(m.ctx))
+                m.ctx = NULL
+                m.doomed = NULL
+                m.redo_head = NULL
+                m.redo_tail = NULL
+            drop(m)
+            bury(m)
+
+    # -- the two calls of the contract, and the same rounds fed by an event loop ---------------
 
     def set_nx(self, keys, tokens, long long ttl_ms, double timeout_ms):
         """SET key token NX PX ttl_ms on every master; OK if set, TAKEN if the key exists."""
@@ -626,29 +703,73 @@ cdef class NativeEngine:
                            argvs, False, (), timeout_ms, wait_all, honour_backoff, want_values,
                            bit)
 
+    # The calls above, begun instead: with `beginning` set, _round starts the round and hands it
+    # out (the sync calls pay one flag test for sharing their argument handling).
+
+    def begin_set_nx(self, keys, tokens, long long ttl_ms, double timeout_ms):
+        """Starts set_nx's round (commands queued and written as far as the sockets take them)
+        and returns it (a NativeRound): a driver feeds it events, finish() gives its results.
+        Host names are looked up in here, synchronously (bounded by the round's timeout)."""
+        self.beginning = True
+        try:
+            return self.set_nx(keys, tokens, ttl_ms, timeout_ms)
+        finally:
+            self.beginning = False
+
+    def begin_script(self, bytes sha, bytes source, int numkeys, argvs, double timeout_ms,
+                     bint wait_all, bint want_values=False, bint honour_backoff=False):
+        """Starts run_script's round; see begin_set_nx."""
+        self.beginning = True
+        try:
+            return self.run_script(sha, source, numkeys, argvs, timeout_ms, wait_all,
+                                   want_values, honour_backoff)
+        finally:
+            self.beginning = False
+
+    def finish(self, NativeRound rnd not None):
+        """The results of a round a driver is done with (ended first if need be)."""
+        rnd.end()
+        return rnd.results
+
     # -- one round -------------------------------------------------------------------------------
 
-    cdef list _round(self, Kind kind, tuple head, tuple eval_head, tuple items, bint columns,
-                     tuple tail, double timeout_ms, bint wait_all, bint honour_backoff,
-                     bint want_values, uint32_t script_bit):
-        """One round. items: a tuple of rows (one tuple of arguments per item), or with columns,
-        a tuple of columns (keys, tokens): item k's arguments are items[0][k], items[1][k]."""
+    cdef object _round(self, Kind kind, tuple head, tuple eval_head, tuple items, bint columns,
+                       tuple tail, double timeout_ms, bint wait_all, bint honour_backoff,
+                       bint want_values, uint32_t script_bit):
+        """One round: run here with the GIL released (its results), or when beginning, started and
+        handed back to be fed by a driver (a NativeRound). items: a tuple of rows (one tuple of
+        arguments per item), or with columns, a tuple of columns (keys, tokens): item k's
+        arguments are items[0][k], items[1][k]."""
         cdef int n_items = len(items[0]) if columns else len(items)
         cdef int n_args, i, j, k
         cdef int64_t end
-        cdef Command cmd
-        cdef object value
+        cdef Command sync_cmd
+        cdef Command *cmd = &sync_cmd
+        cdef NativeRound rnd = None
+        cdef object value, row = None
+        cdef bint begin = self.beginning
         if self.closed:
             raise RuntimeError("this engine is closed")
         if self.busy:
-            raise RuntimeError("an engine cannot be used by two threads at once")
+            raise RuntimeError("an engine cannot be used by two callers at once (a round of it"
+                               " is in progress)")
+        if begin:
+            rnd = NativeRound.__new__(NativeRound)
+            rnd.engine = self
+            # the tuples the command points into, alive as long as the round
+            rnd.keep = (head, eval_head, items, tail)
+            rnd.ended = True  # until it is handed out
+            rnd.results = []
+            cmd = &rnd.cmd
         if n_items == 0:
+            if begin:
+                return rnd
             return []
         n_args = len(items) if columns else len(items[0])
         if not 0 < n_args <= MAX_ARGS:
             raise ValueError(f"a command takes 1 to {MAX_ARGS} arguments per item")
         self._grow(n_items)
-        memset(&cmd, 0, sizeof(Command))
+        memset(cmd, 0, sizeof(Command))
         cmd.kind = kind
         cmd.n_items = n_items
         cmd.want_values = want_values
@@ -663,23 +784,41 @@ cdef class NativeEngine:
         try:
             # `items` keeps every bytes object alive while the GIL is released.
             for k in range(n_items):
-                if not columns and len(items[k]) != n_args:
-                    raise ValueError("every item must have the same number of arguments")
+                if not columns:
+                    row = items[k]
+                    if len(row) != n_args:
+                        raise ValueError("every item must have the same number of arguments")
+                    if type(row) is not tuple:
+                        row = tuple(row)
                 for j in range(n_args):
-                    value = items[j][k] if columns else items[k][j]
+                    # (set_nx's columns are tuples: see set_nx)
+                    value = (<tuple>items[j])[k] if columns else (<tuple>row)[j]
                     if type(value) is not bytes:
                         raise TypeError("command arguments must be bytes")
                     cmd.args[k * n_args + j] = PyBytes_AS_STRING(value)
                     cmd.args_len[k * n_args + j] = PyBytes_GET_SIZE(value)
-            self._format_batch(&cmd)
+            self._format_batch(cmd)
             self.busy = True
+            if begin:
+                if self.generation != fork_generation:
+                    self._forget_inherited()
+                # Host names are looked up here, synchronously, bounded by the round's timeout.
+                if not self._start(cmd, <int64_t>(timeout_ms * 1e6), wait_all, honour_backoff):
+                    exc = self.pending_exc
+                    self.pending_exc = None
+                    raise exc
+                for i in range(self.n):
+                    self.masters[i].defer_free = True
+                # From here on the round holds the engine until it ends.
+                rnd.ended = False
+                return rnd
             with nogil:
                 # Only C memory owned by this engine, or kept alive by the tuples above, is
                 # touched in here, except where _run takes the GIL for a moment (a name lookup,
                 # Python's signal handlers); the result is built after.
                 if self.generation != fork_generation:
                     self._forget_inherited()
-                self._run(&cmd, <int64_t>(timeout_ms * 1e6), wait_all, honour_backoff)
+                self._run(cmd, <int64_t>(timeout_ms * 1e6), wait_all, honour_backoff)
                 end = now_ns()
             if self.pending_exc is not None:
                 # A signal handler raised (or a lookup was interrupted): the round has ended
@@ -687,12 +826,20 @@ cdef class NativeEngine:
                 exc = self.pending_exc
                 self.pending_exc = None
                 raise exc
-            return self._results(&cmd, self.c_t0, end)
+            return self._results(cmd, self.c_t0, end)
         finally:
-            self.busy = False
-            for i in range(n_items * self.n):
-                free(self.details[i])
-                self.details[i] = NULL
+            if rnd is None or rnd.ended:  # a round handed out keeps the engine until it ends
+                self.busy = False
+                self._clear_details(n_items)
+
+    cdef inline void _clear_details(self, int n_items) noexcept nogil:
+        cdef int i
+        if not self.c_details:
+            return
+        self.c_details = False
+        for i in range(n_items * self.n):
+            free(self.details[i])
+            self.details[i] = NULL
 
     cdef int _format_batch(self, Command *cmd) except -1:
         """Formats every item's command (EVALSHA for scripts) into the engine's batch buffer."""
@@ -750,93 +897,17 @@ cdef class NativeEngine:
 
     cdef void _run(self, Command *cmd, int64_t timeout_ns, bint wait_all,
                    bint honour_backoff) noexcept nogil:
-        cdef int i, k, nfds, rc, events
-        cdef bint last_look, owed, owed_waited, owes, extended = False
-        # The unlock after a failed attempt decides nothing anyone waits for: it goes to every
-        # master but waits for the ones keeping up only, decided or not (see _contract.py).
-        cdef bint best_effort = wait_all and honour_backoff
-        cdef int64_t t0, deadline, cold_deadline, remaining, wait, now, next_check
-        cdef Master *m
-        memset(self.codes, PENDING, <size_t>cmd.n_items * self.n)
-        memset(self.oks, 0, cmd.n_items * sizeof(int))
-        memset(self.fails, 0, cmd.n_items * sizeof(int))
-        memset(self.decided_at, 0, cmd.n_items * sizeof(int64_t))
-        if cmd.want_values:
-            memset(self.values, 0, <size_t>cmd.n_items * self.n * sizeof(long long))
-        self.c_n_items = cmd.n_items
-        self.c_undecided = cmd.n_items
-        self.c_timeout_ns = timeout_ns
-
-        # 0. Take in what arrived since the last round: late replies, and closed connections.
-        if self.in_round:
-            for i in range(self.n):
-                drop(&self.masters[i])
-        self._refresh()
-        # Host names are looked up now, before the round's clock starts, and only when some
-        # named master is about to connect.
-        if self.n_named and self._lookup_due() and not self._resolve(timeout_ns):
-            self.c_t0 = now_ns()
+        """The sync driver: a whole round, polling with the GIL released. The event-fed round
+        (NativeRound) is the same steps, with its waiting done by an event loop."""
+        cdef int k, nfds, rc
+        cdef bint last_look
+        cdef int64_t remaining, wait, now, next_check
+        if not self._start(cmd, timeout_ns, wait_all, honour_backoff):
             return  # interrupted before anything was written: nothing is owed
-
-        t0 = now_ns()
-        self.c_t0 = t0
-        deadline = t0 + timeout_ns
-        # Masters whose connection opens in this round may take longer (see _scripts), and are
-        # waited for past `deadline` only while their answer can still decide a key.
-        cold_deadline = t0 + (timeout_ns if timeout_ns > CONNECT_MIN_NS else CONNECT_MIN_NS)
-        next_check = t0 + SIGNAL_SLICE_NS
-        self.in_round = True
-
-        # 1. Queue every command on every master and write what can be written.
-        for i in range(self.n):
-            m = &self.masters[i]
-            m.failed = False
-            m.cold = False
-            # Once every key is decided, a wait_all round does not wait for a master that let an
-            # earlier round time out and has not caught up since, or that is still connecting
-            # since an earlier round: one stopped master must not cost every release its
-            # timeout. While a key is undecided every master is waited for (see step 2).
-            m.waited = not m.lagging and m.state != CONNECTING
-            m.slot_head = 0
-            m.slot_tail = 0
-            self._prepare(i, cmd, t0, honour_backoff)
-
-        # 2. Poll for replies until decided (or all answered) or the deadline. While a key is
-        # undecided, every master that may still answer is waited for (lagging ones too:
-        # skipping one the quorum needs would be a false failure); once all are decided, a
-        # wait_all round waits for the masters marked `waited` only.
+        next_check = self.c_t0 + SIGNAL_SLICE_NS
         while True:
-            nfds = 0
-            owed = owed_waited = False
-            for i in range(self.n):
-                m = &self.masters[i]
-                if m.failed or m.ctx == NULL or (extended and not m.cold):
-                    continue
-                if m.state == CONNECTING:
-                    events = POLLOUT
-                    owes = True
-                elif m.slot_head != m.slot_tail:
-                    events = POLLIN | POLLOUT if m.want_write else POLLIN
-                    owes = True
-                elif m.want_write:
-                    events = POLLIN | POLLOUT  # only flushing: it owes this round nothing
-                    owes = False
-                else:
-                    continue
-                if owes:
-                    owed = True
-                    owed_waited = owed_waited or m.waited
-                self.fds[nfds].fd = hl_context_fd(m.ctx)
-                self.fds[nfds].events = events
-                self.fds[nfds].revents = 0
-                self.fd_master[nfds] = i
-                nfds += 1
-            if not owed:
-                break
-            if ((self.c_undecided == 0 or best_effort)
-                    and (not wait_all or extended or not owed_waited)):
-                break
-            if extended and not self._cold_can_decide():
+            nfds = self._wanted()
+            if self._stop(nfds):
                 break
             now = now_ns()
             if now >= next_check:
@@ -844,7 +915,7 @@ cdef class NativeEngine:
                     break
                 now = now_ns()
                 next_check = now + SIGNAL_SLICE_NS
-            remaining = (cold_deadline if extended else deadline) - now
+            remaining = (self.c_cold_deadline if self.c_extended else self.c_deadline) - now
             # Past the deadline, take one more look without waiting: replies that are already
             # here count (a client descheduled past its deadline must not call masters that
             # answered in time dead).
@@ -863,16 +934,136 @@ cdef class NativeEngine:
             for k in range(nfds):
                 if self.fds[k].revents:
                     self._service(self.fd_master[k], self.fds[k].revents, cmd)
-            if last_look:
-                if (not extended and not best_effort and self.c_undecided != 0
-                        and cold_deadline > deadline and self._cold_can_decide()):
-                    extended = True
-                    continue
+            if last_look and not self._extend():
                 break
-
-        # 3. What is still owed is read and dropped by a later round, or the connection goes.
         # Every way out of the loop above comes here, a signal handler's exception included.
-        now = now_ns()
+        self._account(cmd)
+
+    # The steps of a round, shared by the sync driver (_run) and the event-fed round.
+
+    cdef inline bint _start(self, Command *cmd, int64_t timeout_ns, bint wait_all,
+                            bint honour_backoff) noexcept nogil:
+        """Starts a round: takes in what arrived since the last one, looks up host names, queues
+        every command on every master and writes what the sockets take. False when a lookup was
+        interrupted (the exception is in pending_exc): nothing was written, nothing is owed."""
+        cdef int i
+        cdef int64_t t0
+        cdef Master *m
+        memset(self.codes, PENDING, <size_t>cmd.n_items * self.n)
+        memset(self.oks, 0, cmd.n_items * sizeof(int))
+        memset(self.fails, 0, cmd.n_items * sizeof(int))
+        memset(self.decided_at, 0, cmd.n_items * sizeof(int64_t))
+        if cmd.want_values:
+            memset(self.values, 0, <size_t>cmd.n_items * self.n * sizeof(long long))
+        self.c_n_items = cmd.n_items
+        self.c_undecided = cmd.n_items
+        self.c_timeout_ns = timeout_ns
+        self.c_wait_all = wait_all
+        # The unlock after a failed attempt decides nothing anyone waits for: it goes to every
+        # master but waits for the ones keeping up only, decided or not (see _contract.py).
+        self.c_best_effort = wait_all and honour_backoff
+        self.c_extended = False
+
+        # Take in what arrived since the last round: late replies, and closed connections.
+        if self.in_round:
+            for i in range(self.n):
+                drop(&self.masters[i])
+        self._refresh()
+        # Host names are looked up now, before the round's clock starts, and only when some
+        # named master is about to connect.
+        if self.n_named and self._lookup_due() and not self._resolve(timeout_ns):
+            self.c_t0 = now_ns()
+            return False
+
+        t0 = now_ns()
+        self.c_t0 = t0
+        self.c_deadline = t0 + timeout_ns
+        # Masters whose connection opens in this round may take longer (see _scripts), and are
+        # waited for past the deadline only while their answer can still decide a key.
+        self.c_cold_deadline = t0 + (timeout_ns if timeout_ns > CONNECT_MIN_NS
+                                     else CONNECT_MIN_NS)
+        self.in_round = True
+
+        # Queue every command on every master and write what can be written.
+        for i in range(self.n):
+            m = &self.masters[i]
+            m.failed = False
+            m.cold = False
+            # Once every key is decided, a wait_all round does not wait for a master that let an
+            # earlier round time out and has not caught up since, or that is still connecting
+            # since an earlier round: one stopped master must not cost every release its
+            # timeout. While a key is undecided every master is waited for (see _stop).
+            m.waited = not m.lagging and m.state != CONNECTING
+            m.slot_head = 0
+            m.slot_tail = 0
+            self._prepare(i, cmd, t0, honour_backoff)
+        return True
+
+    cdef inline int _wanted(self) noexcept nogil:
+        """Fills fds (and fd_master) with what the round waits for on each socket; returns how
+        many. Sets c_owed (some master owes this round a reply or its connect) and
+        c_owed_waited (one of those is waited for once every key is decided)."""
+        cdef int i, events
+        cdef int nfds = 0
+        cdef bint owes
+        cdef bint owed = False
+        cdef bint owed_waited = False
+        cdef bint extended = self.c_extended
+        cdef Master *m
+        for i in range(self.n):
+            m = &self.masters[i]
+            if m.failed or m.ctx == NULL or (extended and not m.cold):
+                continue
+            if m.state == CONNECTING:
+                events = POLLOUT
+                owes = True
+            elif m.slot_head != m.slot_tail:
+                events = POLLIN | POLLOUT if m.want_write else POLLIN
+                owes = True
+            elif m.want_write:
+                events = POLLIN | POLLOUT  # only flushing: it owes this round nothing
+                owes = False
+            else:
+                continue
+            if owes:
+                owed = True
+                owed_waited = owed_waited or m.waited
+            self.fds[nfds].fd = hl_context_fd(m.ctx)
+            self.fds[nfds].events = events
+            self.fds[nfds].revents = 0
+            self.fd_master[nfds] = i
+            nfds += 1
+        self.c_owed = owed
+        self.c_owed_waited = owed_waited
+        return nfds
+
+    cdef inline bint _stop(self, int nfds) noexcept nogil:
+        """Whether the round is over (the stop rules of _contract.py), given what _wanted() just
+        found. While a key is undecided, every master that may still answer is waited for
+        (lagging ones too: skipping one the quorum needs would be a false failure); once all are
+        decided, a wait_all round waits for the masters marked `waited` only."""
+        if not self.c_owed:
+            return True
+        if ((self.c_undecided == 0 or self.c_best_effort)
+                and (not self.c_wait_all or self.c_extended or not self.c_owed_waited)):
+            return True
+        return self.c_extended and not self._cold_can_decide()
+
+    cdef inline bint _extend(self) noexcept nogil:
+        """After the last look at the deadline: whether the round goes on, to the connect bound
+        of the masters connected in it (only while their answers can still decide a key)."""
+        if (not self.c_extended and not self.c_best_effort and self.c_undecided != 0
+                and self.c_cold_deadline > self.c_deadline and self._cold_can_decide()):
+            self.c_extended = True
+            return True
+        return False
+
+    cdef inline void _account(self, Command *cmd) noexcept nogil:
+        """Ends a round: what is still owed is read and dropped by a later round, or the
+        connection goes."""
+        cdef int i
+        cdef Master *m
+        cdef int64_t now = now_ns()
         for i in range(self.n):
             m = &self.masters[i]
             if m.ctx == NULL:
@@ -883,7 +1074,7 @@ cdef class NativeEngine:
                 continue
             if m.slot_tail > m.slot_head:
                 m.stale += m.slot_tail - m.slot_head
-                if now >= deadline:
+                if now >= self.c_deadline:
                     m.lagging = True
                 if cmd.kind == KIND_SCRIPT:
                     self._owe_evals(m, cmd)
@@ -1339,6 +1530,7 @@ cdef class NativeEngine:
             if length > MAX_DETAIL:
                 length = MAX_DETAIL
             self.details[cell] = <char *>malloc(length + 1)
+            self.c_details = True
             if self.details[cell] != NULL:
                 memcpy(self.details[cell], detail, length)
                 self.details[cell][length] = 0
@@ -1368,3 +1560,170 @@ cdef class NativeEngine:
         self.masters[i].slot_head = self.masters[i].slot_tail
         self.masters[i].failed = True
         fail(&self.masters[i], now)
+
+
+@cython.final
+cdef class NativeRound:
+    """One round of a NativeEngine, fed by a driver (an event loop) instead of waited for in C:
+
+        fds_wanted()            fd -> POLLIN | POLLOUT (hiredlock._poller's): what the round
+                                waits for on each socket
+        on_ready(fd, r, w)      that socket is readable (r) and/or writable (w)
+        next_deadline_ns        when (time.monotonic_ns) on_deadline is due
+        on_deadline(now_ns)     a deadline passed: a last look without waiting, then the round
+                                either ends or goes on to the connect bound of new connections
+        finished()              nothing more to wait for: the driver then calls end()
+        end()                   the end-of-round accounting (once): what each master still owes
+                                is kept for later rounds to read and drop, or its connection
+                                goes; also how a driver gives up on a round early (a cancelled
+                                task). The engine's finish(round) then gives the results.
+        break_off()             instead of end() after an exception in the middle of an event:
+                                what the masters owe is unknown, so their connections go
+        before_close            None, or called with an fd just before the round closes that
+                                socket, so that a driver takes it off its event loop first (fd
+                                numbers are reused)
+
+    Every step runs the engine's own C steps (those of its GIL-released loop) with the GIL held.
+    The round holds its engine (busy) from begin_* until end() or break_off().
+    """
+
+    cdef NativeEngine engine
+    cdef Command cmd
+    cdef tuple keep            # the arguments cmd points into
+    cdef bint over             # its last deadline passed
+    cdef bint ended
+    cdef list results
+    cdef public object before_close
+
+    def fds_wanted(self):
+        cdef NativeEngine e = self.engine
+        cdef int k, nfds, events
+        cdef dict wanted = {}
+        if self.ended or self.over:
+            return wanted
+        nfds = e._wanted()
+        for k in range(nfds):
+            events = 0
+            if e.fds[k].events & POLLIN:
+                events |= EVENT_IN
+            if e.fds[k].events & POLLOUT:
+                events |= EVENT_OUT
+            wanted[e.fds[k].fd] = events
+        return wanted
+
+    def finished(self):
+        """Whether the round is over (the stop rules of _contract.py)."""
+        cdef NativeEngine e = self.engine
+        if self.ended or self.over:
+            return True
+        return e._stop(e._wanted())
+
+    @property
+    def next_deadline_ns(self):
+        cdef NativeEngine e = self.engine
+        if self.ended:
+            return 0
+        return e.c_cold_deadline if e.c_extended else e.c_deadline
+
+    def on_ready(self, int fd, readable, writable):
+        cdef NativeEngine e = self.engine
+        cdef int k, nfds
+        cdef int revents = (POLLIN if readable else 0) | (POLLOUT if writable else 0)
+        if self.ended or self.over or not revents:
+            return
+        # Only a socket the round waits on now is serviced, as in the sync loop (an event the
+        # loop collected before the round stopped waiting on it is stale).
+        nfds = e._wanted()
+        for k in range(nfds):
+            if e.fds[k].fd == fd:
+                e._service(e.fd_master[k], revents, &self.cmd)
+                break
+        self._closed(True)
+
+    def on_deadline(self, long long now_ns):
+        cdef NativeEngine e = self.engine
+        cdef int k, nfds
+        if self.ended or self.over or now_ns < self.next_deadline_ns:
+            return
+        # One more look without waiting: replies already here count (see _run).
+        nfds = e._wanted()
+        if nfds and hl_poll(e.fds, nfds, 0) > 0:
+            for k in range(nfds):
+                if e.fds[k].revents:
+                    e._service(e.fd_master[k], e.fds[k].revents, &self.cmd)
+        if not e._extend():
+            self.over = True
+        self._closed(True)
+
+    def end(self):
+        """Accounts the round, once, and lets the engine go."""
+        if self.ended:
+            return
+        self._conclude(False)
+
+    def break_off(self):
+        """Instead of end() after an exception: every connection goes (what it owes is
+        unknown)."""
+        if self.ended:
+            return
+        self._conclude(True)
+
+    cdef int _conclude(self, bint broken) except -1:
+        cdef NativeEngine e = self.engine
+        cdef int i
+        cdef int64_t end
+        self.ended = True
+        try:
+            if broken:
+                for i in range(e.n):
+                    drop(&e.masters[i])
+                e.in_round = False
+            else:
+                e._account(&self.cmd)
+            end = now_ns()
+            for i in range(e.n):
+                e.masters[i].defer_free = False
+            self._closed(not broken)
+            self.results = e._results(&self.cmd, e.c_t0, end)
+        finally:
+            for i in range(e.n):
+                e.masters[i].defer_free = False
+                bury(&e.masters[i])
+            e._clear_details(self.cmd.n_items)
+            e.busy = False
+        return 0
+
+    cdef int _closed(self, bint tell) except -1:
+        """Closes the sockets of the connections dropped in the last step, each after telling
+        the driver (before_close)."""
+        cdef NativeEngine e = self.engine
+        cdef Master *m
+        cdef redisContext *ctx
+        cdef int i
+        for i in range(e.n):
+            m = &e.masters[i]
+            if m.doomed == NULL:
+                continue
+            ctx = m.doomed
+            m.doomed = NULL
+            try:
+                if tell and self.before_close is not None:
+                    self.before_close(hl_context_fd(ctx))
+            finally:
+                redisFree(ctx)
+        return 0
+
+    def __dealloc__(self):
+        # Never ended (its driver went away without end()): its connections go, since nothing
+        # accounted for what they owe, and the engine is free again.
+        cdef int i
+        cdef NativeEngine e = self.engine
+        if self.ended or e is None:
+            return
+        for i in range(e.n):
+            e.masters[i].defer_free = False
+            drop(&e.masters[i])
+            bury(&e.masters[i])
+        e.in_round = False
+        e._clear_details(self.cmd.n_items)
+        e.busy = False

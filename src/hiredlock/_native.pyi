@@ -1,6 +1,6 @@
 """Type stub of the Cython extension hiredlock._native (source: _native/engine.pyx)."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar, Optional
 
 from ._config import MasterSpec
@@ -29,4 +29,34 @@ class NativeEngine:
         want_values: bool = False,
         honour_backoff: bool = False,
     ) -> list[RoundResult]: ...
+    def begin_set_nx(
+        self,
+        keys: Sequence[bytes],
+        tokens: Sequence[bytes],
+        ttl_ms: int,
+        timeout_ms: float,
+    ) -> NativeRound: ...
+    def begin_script(
+        self,
+        sha: bytes,
+        source: bytes,
+        numkeys: int,
+        argvs: Sequence[tuple[bytes, ...]],
+        timeout_ms: float,
+        wait_all: bool,
+        want_values: bool = False,
+        honour_backoff: bool = False,
+    ) -> NativeRound: ...
+    def finish(self, rnd: NativeRound) -> list[RoundResult]: ...
     def close(self) -> None: ...
+
+class NativeRound:
+    before_close: Optional[Callable[[int], None]]
+    @property
+    def next_deadline_ns(self) -> int: ...
+    def fds_wanted(self) -> dict[int, int]: ...
+    def finished(self) -> bool: ...
+    def on_ready(self, fd: int, readable: object, writable: object) -> None: ...
+    def on_deadline(self, now_ns: int) -> None: ...
+    def end(self) -> None: ...
+    def break_off(self) -> None: ...
