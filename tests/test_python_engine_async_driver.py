@@ -240,7 +240,12 @@ def test_a_hundred_rounds_at_once(masters5, key):
     finally:
         for engine in engines:
             engine.close()
-    # set_nx stops at a quorum: the third master's vote may be SKIPPED
+    # set_nx stops at a quorum: the third master's vote may be SKIPPED, and if its connection
+    # was still opening then, it never got the SET, so the release finds nothing there (TAKEN).
     for taken, released in outcomes:
         assert taken.count(OK) >= 2 and set(taken) <= {OK, SKIPPED}, taken
-        assert released == bytes([OK] * 3)
+        for set_vote, release_vote in zip(taken, released):
+            assert release_vote == OK if set_vote == OK else release_vote in (OK, TAKEN), (
+                taken,
+                released,
+            )
