@@ -45,6 +45,7 @@ class WithStatement:
 
     __slots__ = ()
     _blocking_timeout: Optional[float]
+    _generation: int
     _last_votes: tuple
     _name: str | bytes
 
@@ -54,7 +55,9 @@ class WithStatement:
         return self
 
     def __exit__(self: Any, exc_type: Any, exc: Any, traceback: Any) -> None:
-        if self._held_by_parent():
+        # (no call before release() unless forked: each call is a point where CPython may run a
+        # signal handler, and an interrupt there would skip the release)
+        if self._generation != _fork._generation and self._held_by_parent():
             return  # forked inside the block: the lock is the parent's, the child sends nothing
         if exc_type is None:
             self.release()
@@ -427,14 +430,18 @@ class Lock(WithStatement):
         An interrupt (Ctrl-C) in the middle still sends the unlock before it propagates. In a
         forked child, a lock its parent held is not held (NotHeld), and nothing is sent.
         """
-        token = None
+        # Taken before letting go: an interrupt may come inside _let_go, after it forgot the
+        # token (a signal handler runs at the next call into C), and the unlock must still go out.
+        token = self._token
         redlock = self._redlock
         try:
             token, lost = self._let_go()
             # Redlock._release_tokens, without its frame (this is half of every lock cycle)
             result = redlock._script(_RELEASE, 1, ((self._key, token),), self._timeout_ms, True)[0]
+        except NotHeld:
+            raise  # nothing of ours to unlock (in a forked child: the parent's lock)
         except BaseException:
-            if token is not None:  # interrupted after letting go: the unlock still goes out
+            if token is not None:  # interrupted: the unlock still goes out
                 self._unlock_after_interrupt(token)
             raise
         if lost or result[0].count(_OK) < redlock._quorum:
