@@ -68,6 +68,10 @@ bench: install
 	test -x bench/.venv-redlock-ng/bin/python || $(PYTHON) -m venv bench/.venv-redlock-ng
 	bench/.venv-redlock-ng/bin/python -m pip install -q redlock-ng \
 	  || echo "redlock-ng could not be installed: its contention row is skipped"
+	test -x bench/.venv-hiredis/bin/python || $(PY) -m venv bench/.venv-hiredis
+	bench/.venv-hiredis/bin/python -m pip install -q hiredis \
+	  "redis==$$($(PY) -c 'from importlib.metadata import version; print(version("redis"))')" \
+	  || echo "bench/.venv-hiredis could not be set up: the redis-py hiredis rows are skipped"
 	$(PY) bench/run.py $(BENCH_ARGS)
 
 # Packaging (docs/WHEELS.md): sdist, wheel built from the sdist, auditwheel repair, the test suite

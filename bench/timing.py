@@ -35,11 +35,16 @@ def estimate(call, warm_s: float = WARM_S, min_calls: int = 20) -> float:
     return sum(half) / len(half)
 
 
-def plan(per_call: float, budget_s: float = BUDGET_S, round_s: float = ROUND_S):
+def plan(
+    per_call: float,
+    budget_s: float = BUDGET_S,
+    round_s: float = ROUND_S,
+    min_rounds: int = MIN_ROUNDS,
+):
     """(calls per round, rounds) for a call that costs per_call seconds."""
     k = max(1, round(round_s / max(per_call, 1e-9)))
     rounds = int(budget_s / (k * per_call))
-    return k, max(MIN_ROUNDS, min(MAX_ROUNDS, rounds))
+    return k, max(min_rounds, min(MAX_ROUNDS, rounds))
 
 
 def bench_rounds(
@@ -49,14 +54,17 @@ def bench_rounds(
     extra: dict,
     budget_s: float = BUDGET_S,
     round_s: float = ROUND_S,
+    min_calls: int = 20,
+    min_rounds: int = MIN_ROUNDS,
 ):
     """Times rounds of run(k): k units of work, each worth unit_cycles acquire+release cycles.
 
     run(k) loops k times itself (for the C reference: inside one ctypes call), so nothing but the
-    round's own start and stop is added to the k units.
+    round's own start and stop is added to the k units. A unit that is long (1000 asyncio tasks'
+    cycles: up to seconds) can lower the warm-up's calls and the rounds below their defaults.
     """
-    per_unit = estimate(lambda: run(1))
-    k, rounds = plan(per_unit, budget_s, round_s)
+    per_unit = estimate(lambda: run(1), min_calls=min_calls)
+    k, rounds = plan(per_unit, budget_s, round_s, min_rounds)
     benchmark.extra_info.update(extra)
     benchmark.extra_info["cycles_per_round"] = k * unit_cycles
     benchmark.extra_info["est_unit_s"] = per_unit
