@@ -18,14 +18,20 @@ import sys
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH_DIR)
 
+from async_libs import ASYNC_LABELS, ASYNC_LIBS  # noqa: E402
 from libs import LABELS, LIBS  # noqa: E402
+
+LABELS = {**LABELS, **ASYNC_LABELS}
 
 PLACEMENTS = ("pinned", "unpinned")
 PLACEMENT_TEXT = {
     "pinned": "pinned: client and redis-servers on CPU 0 (`taskset -c 0`)",
     "unpinned": "unpinned: default scheduling over every CPU",
 }
-ORDER = list(LIBS)
+# The single-cycle rows: libs.LIBS, and redis-py's Lock with hiredis (test_async.py) beside its
+# pure-Python parser row.
+ORDER = [x for lib in LIBS for x in ((lib, "redis-py-hiredis") if lib == "redis-py" else (lib,))]
+TASKS = (1, 100, 1000)
 TIMES = "\u00d7"  # the multiplication sign of ratios
 NONE = "\u2013"  # an en dash: not measured
 
@@ -71,7 +77,7 @@ class Results:
 
     @staticmethod
     def key(ei: dict) -> tuple:
-        return (ei["kind"], ei["lib"], ei["n"], ei["placement"], ei.get("threads"))
+        return (ei["kind"], ei["lib"], ei["n"], ei["placement"], ei.get("threads", ei.get("tasks")))
 
     def get(self, kind, lib, n, placement, threads=None):
         return self.latency.get((kind, lib, n, placement, threads))
@@ -131,7 +137,8 @@ def header(r: Results) -> list[str]:
             for name in ("pottery", "redlock-py", "python-redis-lock", "redlock-ng")
         )
         + f"; redis-py {v.get('redis', '?')} (pure-Python parser: the `hiredis` package is not "
-        f"installed); pytest-benchmark {v.get('pytest-benchmark', '?')}.",
+        "installed, except in bench/.venv-hiredis, whose worker process runs the rows marked "
+        f"hiredis); pytest-benchmark {v.get('pytest-benchmark', '?')}.",
         "",
         "| placement | CPUs | load average (1/5/15 min) at start | at end | duration |",
         "|---|---|---|---|---|",
@@ -316,6 +323,124 @@ def instructions_table(r: Results) -> list[str]:
     return lines
 
 
+def async_checks(r: Results) -> list[tuple[str, float | None, bool, str]]:
+    """The asyncio targets: (text, ratio or None, met, figure)."""
+    out = []
+
+    def aio(lib, n, tasks, placement):
+        return r.get("async", lib, n, placement, tasks)
+
+    for placement in PLACEMENTS:
+        for n, tasks, peer, want in (
+            (1, 100, "redis-py-aio-hiredis", 10),
+            (5, 100, "pottery-aio", 30),
+        ):
+            mine, theirs = aio("aio-native", n, tasks, placement), aio(peer, n, tasks, placement)
+            x = ratio(mine and mine["per_s"], theirs and theirs["per_s"])
+            out.append(
+                (
+                    f"{tasks} tasks, N={n}, {placement}: hiredlock.aio native vs "
+                    f"{LABELS[peer]} ≥ {want}{TIMES}",
+                    x,
+                    x is not None and x >= want,
+                    f"{x:.1f}{TIMES} ({mine['per_s']:,.0f} vs {theirs['per_s']:,.0f} cycles/s)"
+                    if x
+                    else "",
+                )
+            )
+        for n in (1, 5):
+            one, sync = aio("aio-native", n, 1, placement), r.cycle("native", n, placement)
+            x = ratio(one and one["s_per_cycle"], sync and sync["s_per_cycle"])
+            out.append(
+                (
+                    f"1 task, N={n}, {placement}: hiredlock.aio native cycle ≤ 1.5{TIMES} the "
+                    "sync native cycle",
+                    x,
+                    x is not None and x <= 1.5,
+                    f"{x:.2f}{TIMES} ({fmt_us(one['s_per_cycle'])} vs "
+                    f"{fmt_us(sync['s_per_cycle'])} µs)"
+                    if x
+                    else "",
+                )
+            )
+    return out
+
+
+def async_table(r: Results) -> list[str]:
+    if not any(k[0] == "async" for k in r.latency):
+        return []
+    placements = [p for p in PLACEMENTS if any(k[0] == "async" and k[3] == p for k in r.latency)]
+    head = "| row | N | tasks |"
+    rule = "|---|---:|---:|"
+    for placement in placements:
+        head += f" {placement}: µs / cycle | cycles/s | vs aio native |"
+        rule += "---:|---:|---:|"
+    lines = [
+        "## asyncio: T tasks on one event loop, each on its own name",
+        "",
+        "Each of T tasks does non-blocking acquire (it must succeed) + release cycles on a name of "
+        "its own; all tasks share one client (one `AsyncRedlock`; for redis-py and pottery one "
+        "`redis.asyncio.Redis` per master whose pool holds a connection per task). The tasks are "
+        "started once and released for k cycles each per round (rounds of about 20 ms, or one "
+        "round of k=1 when T cycles take longer); the default asyncio event loop. µs / cycle is "
+        "the round's wall time over all the tasks' cycles (1 / cycles/s): one task waits T times "
+        "as long for each of its cycles.",
+        "",
+        head,
+        rule,
+    ]
+    for n in (1, 5):
+        for lib, ns in ASYNC_LIBS.items():
+            if n not in ns:
+                continue
+            for tasks in TASKS:
+                rows = [r.get("async", lib, n, p, tasks) for p in placements]
+                if not any(rows):
+                    continue
+                name = f"**{LABELS[lib]}**" if lib == "aio-native" else LABELS[lib]
+                line = f"| {name} | {n} | {tasks:,} |"
+                for placement, row in zip(placements, rows):
+                    if row is None:
+                        line += f" {NONE} | {NONE} | {NONE} |"
+                        continue
+                    native = r.get("async", "aio-native", n, placement, tasks)
+                    line += (
+                        f" {fmt_us(row['s_per_cycle'])} ±{row['iqr_rel'] * 50:.0f}% "
+                        f"| {fmt_rate(row['per_s'])} "
+                        f"| {fmt_ratio(ratio(row['per_s'], native and native['per_s']))} |"
+                    )
+                lines.append(line)
+    ipc = [
+        row["worker"]["ipc_s"]
+        for row in r.latency.values()
+        if row.get("worker") and "ipc_s" in row["worker"]
+    ]
+    lines += [
+        "",
+        "The parser of redis-py: it uses hiredis whenever the `hiredis` package is importable and "
+        "has no public switch, so the main venv has no hiredis (its rows use the pure-Python "
+        "parser, as every redis-py based peer in this report) and the rows marked hiredis run in "
+        "a second venv, bench/.venv-hiredis (the same redis-py version plus hiredis; redis-py's "
+        "`redis.utils.HIREDIS_AVAILABLE` checked there), in a worker process that the benchmark "
+        "drives over a pipe: each of its rounds includes one pipe round trip"
+        + (
+            f" ({min(ipc) * 1e6:.0f} to {max(ipc) * 1e6:.0f} µs: the median of 21 empty rounds "
+            "per row; not subtracted)."
+            if ipc
+            else "."
+        )
+        + " The sync redis-py Lock with hiredis is in the single-cycle table.",
+        "",
+        "| target | measured | |",
+        "|---|---|---|",
+    ]
+    for text, x, ok, figure in async_checks(r):
+        mark = "met" if ok else ("**missed**" if x is not None else NONE)
+        lines.append(f"| {text} | {figure if x is not None else 'not measured'} | {mark} |")
+    lines.append("")
+    return lines
+
+
 def contended_table(r: Results) -> list[str]:
     rows = r.contended()
     if not rows:
@@ -492,6 +617,8 @@ def targets(r: Results) -> list[str]:
             x is not None and x >= 4,
             f"{x:.2f}{TIMES}" if x else "",
         )
+    for text, x, ok, figure in async_checks(r):
+        check(text, x, ok, figure)
     one = r.get("threads", "native", 5, "unpinned", 1)
     four = r.get("threads", "native", 5, "unpinned", 4)
     x = ratio(four and four["per_s"], one and one["per_s"])
@@ -544,6 +671,7 @@ def chart(r: Results, path: str) -> str | None:
         "pottery": "#2e86c1",
         "redlock-py": "#48c9b0",
         "redis-py": "#8e44ad",
+        "redis-py-hiredis": "#d2b4de",
         "python-redis-lock": "#b7950b",
     }
     fig, axes = plt.subplots(1, len(placements), figsize=(6.5 * len(placements), 4.6), sharey=False)
@@ -595,6 +723,7 @@ def main(results_dir: str | None = None) -> str:
     lines += batch_threads(r)
     lines += cpu_table(r)
     lines += instructions_table(r)
+    lines += async_table(r)
     lines += contended_table(r)
     lines += failures_note(r)
     lines += soak_section(r)
