@@ -8,10 +8,9 @@ import logging
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Optional
+from typing import Callable, Optional
 
-if TYPE_CHECKING:
-    from .lock import Lock
+Renewal = Callable[[int], Optional[int]]  # a lock's renewal: acquisition -> when next, or None
 
 _log = logging.getLogger("hiredlock")
 
@@ -19,7 +18,8 @@ _log = logging.getLogger("hiredlock")
 class Watchdog:
     """Renews locks until they are released, lost, past max_hold, or their owner thread ended.
 
-    Entries hold the lock weakly: a Lock object nobody references any more is not kept alive
+    Entries hold the lock's renewal (a bound method) weakly: a Lock object nobody references any
+    more is not kept alive
     (nor renewed) by the watchdog. The thread starts with the first watched lock and ends in
     close(), which waits for it. A forked child never uses its parent's watchdog (its thread
     does not exist there): the Redlock makes the child a new one.
@@ -28,17 +28,19 @@ class Watchdog:
     def __init__(self, name: str) -> None:
         self._name = name
         self._wakeup = threading.Condition(threading.Lock())
-        self._due: list[tuple[int, int, weakref.ref, int]] = []  # (when ns, seq, lock, acquisition)
+        # (when ns, seq, the lock's renewal, acquisition)
+        self._due: list[tuple[int, int, weakref.WeakMethod, int]] = []
         self._seq = itertools.count()
         self._thread: Optional[threading.Thread] = None
         self._closed = False
 
-    def watch(self, lock: Lock, acquisition: int, due_ns: int) -> bool:
+    def watch(self, renewal: Renewal, acquisition: int, due_ns: int) -> bool:
         """Schedules a renewal; False when none can run (closed, or no thread could start)."""
         with self._wakeup:
             if self._closed:
                 return False
-            heapq.heappush(self._due, (due_ns, next(self._seq), weakref.ref(lock), acquisition))
+            entry = (due_ns, next(self._seq), weakref.WeakMethod(renewal), acquisition)  # type: ignore[arg-type]
+            heapq.heappush(self._due, entry)
             if self._thread is None:
                 thread = threading.Thread(
                     target=self._run, name=f"hiredlock-watchdog-{self._name}", daemon=True
@@ -73,15 +75,15 @@ class Watchdog:
                     self._wakeup.wait(None if wait_ns is None else wait_ns / 1e9)
                 if self._closed:
                     return
-                _when, _seq, lock_ref, acquisition = heapq.heappop(self._due)
-            lock = lock_ref()
-            if lock is None:
+                _when, _seq, renewal_ref, acquisition = heapq.heappop(self._due)
+            renewal = renewal_ref()
+            if renewal is None:
                 continue
             try:
-                next_due = lock._renew(acquisition)
+                next_due = renewal(acquisition)
             except Exception:  # never let one lock's surprise stop the renewal of the others
-                _log.exception("hiredlock watchdog: renewing %r failed", lock)
+                _log.exception("hiredlock watchdog: renewing %r failed", renewal.__self__)
                 next_due = None
             if next_due is not None:
-                self.watch(lock, acquisition, next_due)
-            del lock  # hold no reference while waiting: a dropped lock must be collectable
+                self.watch(renewal, acquisition, next_due)
+            del renewal  # hold no reference while waiting: a dropped lock must be collectable

@@ -34,7 +34,7 @@ class RLock(WithStatement):
         self._last_votes: tuple = ()
         self._generation = _fork._generation
 
-    def _held_by_parent(self) -> bool:
+    def held_by_parent(self) -> bool:
         """True in a forked child for an RLock its parent owned at the fork (forgotten here)."""
         if self._generation == _fork._generation:
             return False

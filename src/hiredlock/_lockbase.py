@@ -1,0 +1,594 @@
+"""One named lock's state and algorithm, written once for Lock (blocking) and AsyncLock (asyncio).
+
+LockBase holds what a lock is (its name, ttl, options, token, validity, fence, lost flag) and
+its steps: generators that yield the rounds to run and judge their results (see _steps.py). The
+API classes add only how those steps are driven and how they wait, what "the owner" is (a thread
+or a task), and the kind of the `lost` event.
+
+State changes happen under a short mutex, never held across a round: the owner and the renewal
+(a watchdog thread, or a task) may act at the same time, and every judgement checks that the
+acquisition it was made for is still the current one. An extend never creates a key, so a renewal
+whose round crosses a release can never bring the lock back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from binascii import hexlify
+from os import urandom
+from typing import Any, Callable, Optional
+
+from . import _algorithm, _config, _fork, _scripts
+from ._config import Duration
+from ._contract import RoundResult
+from ._errors import AlreadyAcquired, LockLost, NotHeld, TooManyExtensions
+from ._session import Session, Timing
+from ._steps import Pause, RunScript, SetNx, Steps
+
+_OK = int(_scripts.Outcome.OK)
+_RELEASE = _scripts.RELEASE
+_EXTEND = _scripts.EXTEND
+_TOKEN_BYTES = _scripts.TOKEN_BYTES
+
+_log = logging.getLogger("hiredlock")
+
+
+def new_token() -> bytes:
+    """20 bytes from the OS CSPRNG (fork-safe: no user-space state), as 40 hex characters."""
+    return hexlify(urandom(_TOKEN_BYTES))
+
+
+class LockBase:
+    """The state and steps of one lock; see Lock and hiredlock.aio.AsyncLock for the API."""
+
+    __slots__ = (
+        "__weakref__",
+        "_acquired_at_ns",
+        "_acquisition",
+        "_auto_renew",
+        "_blocking_timeout",
+        "_drift_ms",
+        "_extensions",
+        "_fence",
+        "_fencing",
+        "_generation",
+        "_key",
+        "_last_codes",
+        "_last_votes",
+        "_lost",
+        "_lost_event",
+        "_max_extensions",
+        "_max_hold_ns",
+        "_mutex",
+        "_name",
+        "_on_lost",
+        "_owner",
+        "_rounds",
+        "_session",
+        "_timeout_ms",
+        "_token",
+        "_ttl_ms",
+        "_unlocked_token",
+        "_valid_until_ns",
+        "registry_ref",
+    )
+
+    _kind = "Lock"
+
+    def __init__(
+        self,
+        session: Session,
+        name: str | bytes,
+        ttl: Duration,
+        *,
+        blocking_timeout: Optional[Duration] = None,
+        auto_renew: bool = False,
+        max_hold: Optional[Duration] = None,
+        on_lost: Optional[Callable[..., Any]] = None,
+        max_extensions: Optional[int] = None,
+        fencing: bool = False,
+    ) -> None:
+        self._session = session
+        self._rounds = session.rounds
+        self._key = _config.lock_name(name)
+        self._name = name
+        self._ttl_ms, self._timeout_ms, self._drift_ms = session.timing(ttl)
+        self._blocking_timeout = (
+            None
+            if blocking_timeout is None
+            else _config.non_negative_seconds(blocking_timeout, "blocking_timeout")
+        )
+        # (bools are taken as they are: acquire_many makes a lock per name)
+        self._auto_renew = (
+            auto_renew if auto_renew is False else _config.flag(auto_renew, "auto_renew")
+        )
+        self._max_hold_ns: Optional[int] = None
+        if max_hold is not None:
+            if not self._auto_renew:
+                raise ValueError("max_hold bounds auto-renewal: it needs auto_renew=True")
+            self._max_hold_ns = int(_config.positive_duration_ms(max_hold, "max_hold") * 1e6)
+        if on_lost is not None and not callable(on_lost):
+            raise TypeError(f"on_lost must be callable, not {type(on_lost).__name__}")
+        self._on_lost = on_lost
+        self._max_extensions = (
+            None
+            if max_extensions is None
+            else _config.non_negative_int(max_extensions, "max_extensions")
+        )
+        self._fencing = fencing if fencing is False else _config.flag(fencing, "fencing")
+        self._mutex = threading.Lock()
+        self._generation = _fork._generation  # the process (see _fork) this state belongs to
+        self._token: Optional[bytes] = None
+        self._unlocked_token: Optional[bytes] = None  # the last token unlocked after an interrupt
+        self._valid_until_ns = 0
+        self._acquired_at_ns = 0
+        self._acquisition = 0  # bumped by every acquire and release: stale renewals see it
+        self._owner: Any = None
+        self._lost = False
+        self._fence: Optional[int] = None
+        self._extensions = 0
+        self._last_votes: tuple = ()
+        self._last_codes: Optional[bytes] = None  # per-master outcomes of the last failed attempt
+        self._lost_event: Any = None  # made on first use: see `lost`
+        self.registry_ref: Any = None  # made by Session.hold, once
+
+    # -- what the API classes provide ------------------------------------------------------------
+
+    def _new_lost_event(self) -> Any:
+        raise NotImplementedError
+
+    def _current_owner(self) -> Any:
+        """The thread or task acquiring: renewal stops once it has ended."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _owner_ended(owner: Any) -> bool:
+        raise NotImplementedError
+
+    def _start_renewal(self, acquisition: int, due_ns: int) -> bool:
+        """Schedules the first renewal; False when none can run."""
+        raise NotImplementedError
+
+    def _call_on_lost(self) -> None:
+        raise NotImplementedError
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str | bytes:
+        return self._name
+
+    @property
+    def key(self) -> bytes:
+        return self._key
+
+    @property
+    def ttl(self) -> float:
+        """The ttl in seconds (as sent: whole milliseconds)."""
+        return self._ttl_ms / 1000.0
+
+    @property
+    def token(self) -> Optional[str]:
+        """This holder's random token (40 hex characters) while acquired, else None."""
+        token = self._token
+        if token is None or self._generation != _fork._generation:
+            return None
+        return token.decode()
+
+    @property
+    def lost(self) -> Any:
+        """Set when the lock is found lost while held (a failed renewal or extend)."""
+        self._this_process()
+        event = self._lost_event
+        if event is None:
+            with self._mutex:  # one Event, even when the renewal asks at the same time
+                if self._lost_event is None:
+                    self._lost_event = self._new_lost_event()
+                event = self._lost_event
+        return event
+
+    @property
+    def fence(self) -> Optional[int]:
+        """With fencing=True: a number larger than every earlier holder's, while held."""
+        return self._fence if self._generation == _fork._generation else None
+
+    @property
+    def validity(self) -> float:
+        """Seconds the lock is still guaranteed to be ours (0.0 when not held or lost)."""
+        if self._token is None or self._lost or self._generation != _fork._generation:
+            return 0.0
+        return max(0.0, (self._valid_until_ns - time.monotonic_ns()) / 1e9)
+
+    @property
+    def held(self) -> bool:
+        """Acquired, not released, not lost, and still valid (a local view: no I/O)."""
+        return self.validity > 0.0
+
+    @property
+    def extensions(self) -> int:
+        """How many times extend() succeeded since the last acquire."""
+        return self._extensions
+
+    @property
+    def last_votes(self) -> tuple:
+        """The masters' votes in this lock's last failed round."""
+        return self._last_votes
+
+    @property
+    def session(self) -> Session:
+        """The client state this lock shares with its Redlock (for hiredlock's own classes)."""
+        return self._session
+
+    @property
+    def blocking_timeout(self) -> Optional[float]:
+        return self._blocking_timeout
+
+    # -- fork ----------------------------------------------------------------------------------
+
+    def held_by_parent(self) -> bool:
+        """True in a forked child for a lock its parent held at the fork (and forgets it here)."""
+        if self._generation == _fork._generation:
+            return False
+        held = self._token is not None
+        self._this_process()
+        return held
+
+    def _this_process(self) -> None:
+        """In a forked child, the first touch forgets what the parent held: the lock is the
+        parent's, and nothing the child does may send anything for it. The mutex is new: a parent
+        thread (the watchdog, say) may have held it at the fork, and it would never be let go."""
+        if self._generation == _fork._generation:
+            return
+        self._mutex = threading.Lock()
+        self._lost_event = None
+        self._token = None
+        self._lost = False
+        self._fence = None
+        self._valid_until_ns = 0
+        self._acquisition += 1
+        self.registry_ref = None
+        self._generation = _fork._generation
+
+    # -- acquire -------------------------------------------------------------------------------
+
+    def _acquire_deadline(self, blocking: Any, timeout: Optional[Duration]) -> Optional[int]:
+        """Checks acquire()'s arguments and this lock's state (before any I/O); the deadline."""
+        if blocking is not True and blocking is not False:
+            _config.flag(blocking, "blocking")
+        deadline_ns: Optional[int] = None
+        if timeout is not None:
+            if not blocking:
+                raise ValueError("timeout cannot be given with blocking=False")
+            wait_ms = _config.duration_ms(timeout, "timeout")
+            if wait_ms < 0:
+                raise ValueError(f"timeout must be >= 0 or None, got {timeout!r}")
+            deadline_ns = time.monotonic_ns() + int(wait_ms * 1_000_000)
+        elif blocking and self._blocking_timeout is not None:
+            deadline_ns = time.monotonic_ns() + int(self._blocking_timeout * 1e9)
+        if self._generation != _fork._generation:
+            self._this_process()
+        if self._token is not None:
+            if self.validity > 0.0:
+                raise AlreadyAcquired(
+                    f"lock {self._name!r} is already acquired by this {self._kind} object"
+                )
+            self._forget_expired()
+        return deadline_ns
+
+    def _forget_expired(self) -> None:
+        """A lock whose validity ran out (or that was lost) is let go locally before a new
+        acquire: its keys expire with their ttl, and its renewals stop."""
+        with self._mutex:
+            self._token = None
+            self._lost = False
+            self._fence = None
+            self._valid_until_ns = 0
+            self._acquisition += 1
+        self._session.held.pop(id(self), None)
+
+    def _acquire_steps(self, blocking: bool, deadline_ns: Optional[int]) -> Steps:
+        """Attempts until acquired (True), given up (False) or refused (an exception).
+
+        An attempt that fails unlocks every master. An exception in the middle of one (Ctrl-C,
+        a signal handler's exception, a cancelled task, an engine error) must not leave our token
+        on the masters for the whole ttl: the unlock is sent first, then it propagates.
+        """
+        retrying = None
+        while True:
+            token = hexlify(urandom(_TOKEN_BYTES))  # new_token(), without its frame
+            start = time.monotonic_ns()
+            try:
+                if self._fencing:
+                    failed, fence = yield from self._fenced_rounds(token, start)
+                else:
+                    result = (yield SetNx((self._key,), (token,), self._ttl_ms, self._timeout_ms))[
+                        0
+                    ]
+                    failed = self._refusal(result, result[1])
+                    fence = None
+                if failed is None:
+                    self._took(token, start, fence)
+                    return True
+            except BaseException:
+                yield from self._unlock_steps(token)
+                raise
+            yield RunScript(
+                _RELEASE, 1, ((self._key, token),), self._timeout_ms, True, honour_backoff=True
+            )
+            self._last_votes = self._session.votes(failed)
+            self._last_codes = failed[0]
+            if retrying is None:
+                session = self._session
+                retrying = _algorithm.Retrying(
+                    self._name, session.quorum, session, blocking, deadline_ns
+                )
+            delay = retrying.after_failure(self._last_codes, self._last_votes)
+            if delay is None:
+                return False
+            yield Pause(delay)
+
+    def _fenced_rounds(self, token: bytes, start: int) -> Steps:
+        """Acquire with a fence: (the failed round or None, the fence).
+
+        Round 1 takes the lock and bumps the name's counter where it was taken; the fence is the
+        largest counter of that quorum. Round 2 raises the counter on every master to the fence,
+        so that every later quorum meets a master already past it: fences only ever grow.
+        """
+        fence_key = _scripts.fence_key(self._key)
+        ttl = str(self._ttl_ms).encode()
+        first = (
+            yield RunScript(
+                _scripts.ACQUIRE_FENCED,
+                2,
+                ((self._key, fence_key, token, ttl),),
+                self._timeout_ms,
+                wait_all=False,
+                want_values=True,
+                honour_backoff=True,
+            )
+        )[0]
+        if self._refusal(first, first[1]) is not None:
+            return first, None
+        fence = max(value for code, value in zip(first[0], first[3]) if code == _OK)
+        second = (
+            yield RunScript(
+                _scripts.RAISE_FENCE,
+                1,
+                ((fence_key, str(fence).encode()),),
+                self._timeout_ms,
+                wait_all=True,
+            )
+        )[0]
+        return self._refusal(second, time.monotonic_ns() - start), fence
+
+    def _unlock_steps(self, token: bytes) -> Steps:
+        """Sends the unlock for `token` to every master after an interruption (one round, bounded
+        by the per-master timeout), and forgets the lock if it was already taken. Best effort: a
+        failure here is logged, and the interruption that brought us here is what propagates."""
+        if self._token == token:
+            self._let_go()
+        self._unlocked_token = token
+        if self._session.closed:
+            return  # nothing went out (a closed client refuses every round), nor can it now
+        try:
+            yield RunScript(
+                _RELEASE, 1, ((self._key, token),), self._timeout_ms, True, cleanup=True
+            )
+        except Exception as exc:
+            _log.warning("hiredlock: unlocking %r after an exception failed: %s", self._name, exc)
+
+    def _refusal(self, result: RoundResult, elapsed_ns: int) -> Optional[RoundResult]:
+        """None when `result` is a valid quorum (elapsed counted from the first round's start)."""
+        if _algorithm.won(
+            result[0], elapsed_ns, self._ttl_ms, self._drift_ms, self._session.quorum
+        ):
+            return None
+        return result
+
+    def took(self, token: bytes, start: int, fence: Optional[int] = None) -> None:
+        """The lock is ours from `start` (before the first write of the winning round)."""
+        with self._mutex:
+            self._token = token
+            self._lost = False
+            if self._lost_event is not None:
+                self._lost_event.clear()
+            self._fence = fence
+            self._extensions = 0
+            self._valid_until_ns = start + int((self._ttl_ms - self._drift_ms) * 1_000_000)
+            self._acquired_at_ns = start
+            # renewal stops once the owner (thread or task) has ended
+            self._owner = self._current_owner() if self._auto_renew else None
+            self._acquisition += 1
+            acquisition = self._acquisition
+        self._last_votes = ()
+        self._last_codes = None
+        ref = self.registry_ref
+        if ref is None:
+            self._session.hold(self)  # makes the weak reference, once
+        else:
+            self._session.held[id(self)] = ref
+        if self._auto_renew and not self._start_renewal(
+            acquisition, start + self._renew_interval_ns()
+        ):
+            self._mark_lost(acquisition, "renewal cannot run: the client is closed")
+
+    _took = took
+
+    def refused(self, failed: RoundResult) -> None:
+        """Keeps the votes of a failed attempt (whoever made it has unlocked every master)."""
+        self._last_votes = self._session.votes(failed)
+        self._last_codes = failed[0]
+
+    def judge(self, result: RoundResult) -> Optional[RoundResult]:
+        """None when `result` (one round's votes for this lock) is a valid quorum."""
+        return self._refusal(result, result[1])
+
+    # -- release -------------------------------------------------------------------------------
+
+    def _release_steps(self) -> Steps:
+        """Unlocks every master; LockLost when fewer than a quorum still held our token."""
+        # Taken before letting go: an interrupt may come inside let_go, after it forgot the
+        # token (a signal handler runs at the next call into C), and the unlock must still go out.
+        token = self._token
+        try:
+            token, lost = self.let_go()
+            result = (yield RunScript(_RELEASE, 1, ((self._key, token),), self._timeout_ms, True))[
+                0
+            ]
+        except NotHeld:
+            raise  # nothing of ours to unlock (in a forked child: the parent's lock)
+        except BaseException:
+            if token is not None:  # interrupted: the unlock still goes out
+                yield from self._unlock_steps(token)
+            raise
+        if lost or result[0].count(_OK) < self._session.quorum:
+            raise self.released(result, lost)
+
+    def let_go(self) -> tuple[bytes, bool]:
+        """Forgets the token (no renewal follows); returns it and whether the lock was lost."""
+        if self._generation != _fork._generation:
+            self._this_process()
+        with self._mutex:
+            token = self._token
+            if token is None:
+                raise NotHeld(f"lock {self._name!r} is not held by this {self._kind} object")
+            lost = self._lost
+            self._token = None
+            self._lost = False
+            self._fence = None
+            self._valid_until_ns = 0
+            self._acquisition += 1  # renewals of this acquisition are dropped
+        self._session.held.pop(id(self), None)
+        return token, lost
+
+    _let_go = let_go
+
+    def released(self, result: RoundResult, lost: bool) -> Optional[LockLost]:
+        """The error for a release round's result, or None when a quorum released."""
+        if not lost and result[0].count(_OK) >= self._session.quorum:
+            return None
+        self._last_votes = self._session.votes(result)
+        return LockLost(
+            f"lock {self._name!r} was no longer held by a quorum when released", self._last_votes
+        )
+
+    # -- extend and renewal ------------------------------------------------------------------------
+
+    def _extend_timing(self, ttl: Optional[Duration]) -> Optional[Timing]:
+        """Checks extend()'s arguments and this lock's state (before any I/O)."""
+        timing = None if ttl is None else self._session.timing(ttl)
+        if self._max_extensions is not None and self._extensions >= self._max_extensions:
+            raise TooManyExtensions(
+                f"lock {self._name!r} was extended {self._extensions} times already "
+                f"(max_extensions={self._max_extensions})"
+            )
+        self._this_process()
+        if self._token is None or self._lost:
+            raise NotHeld(f"lock {self._name!r} is not held by this {self._kind} object")
+        return timing
+
+    def _extend_steps(self, timing: Optional[Timing]) -> Steps:
+        """Re-arms the lock; LockLost (and the lock marked lost) when that did not count."""
+        acquisition = self._acquisition
+        failed = yield from self._extend_round(timing, acquisition)
+        if failed is None:
+            with self._mutex:
+                self._extensions += 1
+            return
+        if self._mark_lost(acquisition, None):
+            raise LockLost(
+                f"lock {self._name!r} could not be extended on a quorum", self._last_votes
+            )
+        raise NotHeld(f"lock {self._name!r} was released while it was being extended")
+
+    def _extend_round(self, timing: Optional[Timing], acquisition: int) -> Steps:
+        """One extend round: None when it counted (the validity is moved on), else the failed
+        round (its votes are kept)."""
+        ttl_ms, timeout_ms, drift = timing or (self._ttl_ms, self._timeout_ms, self._drift_ms)
+        token = self._token
+        if token is None:
+            raise NotHeld(f"lock {self._name!r} is not held by this {self._kind} object")
+        start = time.monotonic_ns()
+        # wait_all: every master that keeps up gets the new ttl (and the EVAL after a NOSCRIPT);
+        # the validity still counts from this round's start.
+        result = (
+            yield RunScript(
+                _EXTEND, 1, ((self._key, token, str(ttl_ms).encode()),), timeout_ms, True
+            )
+        )[0]
+        if _algorithm.won(result[0], result[1], ttl_ms, drift, self._session.quorum):
+            valid_until = start + int((ttl_ms - drift) * 1_000_000)
+            with self._mutex:
+                if acquisition == self._acquisition:
+                    self._valid_until_ns = valid_until
+            return None
+        self._last_votes = self._session.votes(result)
+        return result
+
+    def _mark_lost(self, acquisition: int, why: Optional[str]) -> bool:
+        """Marks this acquisition lost (if it is still the current one) and tells the owner;
+        False when it is not the current one any more."""
+        with self._mutex:
+            if acquisition != self._acquisition or self._token is None:
+                return False
+            self._lost = True
+        if why is not None:
+            _log.warning("hiredlock: lost %r: %s", self._name, why)
+        self.lost.set()
+        self._call_on_lost()
+        return True
+
+    def _renew_interval_ns(self) -> int:
+        return self._ttl_ms * 1_000_000 // 3
+
+    def _renew_steps(self, acquisition: int) -> Steps:
+        """Extends the lock if it is still this acquisition's; returns when to renew next (None:
+        no more renewals).
+
+        A failed renewal is retried while the validity left allows another round (see
+        _algorithm.renewal_retry_ns); the lock is marked lost only when a majority said the key
+        is not ours any more, or when no renewal can finish in time.
+        """
+        if self._generation != _fork._generation:
+            return None  # a parent's renewal: never run in a child
+        if acquisition != self._acquisition or self._token is None or self._lost:
+            return None
+        owner = self._owner
+        if owner is not None and self._owner_ended(owner):
+            _log.warning(
+                "hiredlock: the owner that acquired %r ended without releasing it; "
+                "it is no longer renewed and expires with its ttl",
+                self._name,
+            )
+            return None
+        now = time.monotonic_ns()
+        if self._max_hold_ns is not None and now - self._acquired_at_ns >= self._max_hold_ns:
+            return None
+        failed = yield from self._extend_round(None, acquisition)
+        if failed is None:
+            return now + self._renew_interval_ns()
+        if acquisition != self._acquisition:
+            return None
+        retry_at = _algorithm.renewal_retry_ns(
+            failed[0],
+            self._session.quorum,
+            time.monotonic_ns(),
+            self._valid_until_ns,
+            self._timeout_ms,
+        )
+        if retry_at is not None:
+            _log.info("hiredlock: renewing %r failed; retrying while it is valid", self._name)
+            return retry_at
+        self._mark_lost(
+            acquisition,
+            "could not be extended on a quorum [{}]".format(
+                "; ".join(str(vote) for vote in self._last_votes)
+            ),
+        )
+        return None
+
+    def __repr__(self) -> str:
+        state = "held" if self.held else ("lost" if self._lost else "unlocked")
+        return f"<hiredlock.{self._kind} {self._name!r} ttl={self.ttl:g}s {state}>"

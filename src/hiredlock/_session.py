@@ -1,0 +1,168 @@
+"""What every lock of one client shares: the masters, the options, the rounds, the locks held.
+
+A Redlock and an AsyncRedlock each own one Session; their locks hold it too. It does no I/O of its
+own: `rounds` runs the rounds (blocking for a Redlock, on the event loop for an AsyncRedlock).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Iterable
+from typing import Any, Optional
+
+from . import _algorithm, _backend, _config, _fork, _scripts
+from ._config import Duration, MasterLike, MasterSpec
+from ._contract import RoundResult
+from ._errors import HiredlockError, Vote
+from ._scripts import Outcome
+from ._watchdog import Watchdog
+
+Timing = tuple[int, float, float]  # ttl in ms, per-master timeout in ms, drift in ms
+
+
+class Session:
+    """The masters and options of one client, and the registry of the locks it holds.
+
+    The registry maps id(lock) to a weak reference (each lock makes its own once, see hold()),
+    so that a held lock its caller dropped is neither kept alive nor renewed (its keys expire with
+    their ttl). close() releases the others; inspect() recognises their tokens. No mutex for it:
+    single dict operations are atomic.
+    """
+
+    def __init__(
+        self,
+        masters: Iterable[MasterLike],
+        *,
+        retry_count: int,
+        retry_delay: Duration,
+        drift_factor: float,
+        master_timeout: Optional[Duration],
+        backend: str,
+    ) -> None:
+        self.engine_class: Any = _backend.engine_class(backend)
+        self.backend: str = self.engine_class.name
+        self.masters: tuple[MasterSpec, ...] = _config.parse_masters(masters)
+        self.master_names = tuple(str(spec) for spec in self.masters)
+        self.quorum = _scripts.quorum(len(self.masters))
+        self.retry_count = _config.non_negative_int(retry_count, "retry_count")
+        if self.retry_count < 1:
+            raise ValueError("retry_count must be at least 1 (it counts attempts), got 0")
+        self.retry_delay = _config.non_negative_seconds(retry_delay, "retry_delay")
+        self.drift_factor = _config.drift_factor(drift_factor)
+        self.fixed_timeout_ms = (
+            None
+            if master_timeout is None
+            else _config.positive_duration_ms(master_timeout, "master_timeout")
+        )
+        self.label = hex(id(self))  # names the watchdog thread; the owner may set its own
+        self.rounds: Any = None  # set by the owner: BlockingRounds or the asyncio rounds
+        self.held: dict[int, weakref.ref] = {}
+        self.closed = False
+        self.mutex = threading.Lock()
+        self.generation = _fork._generation  # the process (see _fork) the state above is of
+        self._timings: dict[tuple, Timing] = {}
+        self._renewer: Optional[Watchdog] = None
+
+    def watchdog(self) -> Watchdog:
+        """The renewal thread of a blocking client's locks (made on first use)."""
+        self.this_process()
+        with self.mutex:
+            if self._renewer is None and not self.closed:
+                self._renewer = Watchdog(self.label)
+            return self._renewer or _CLOSED_WATCHDOG
+
+    def stop_watchdog(self) -> None:
+        """Stops renewing; the thread has ended when this returns."""
+        with self.mutex:
+            renewer, self._renewer = self._renewer, None
+        if renewer is not None:
+            renewer.close()
+
+    def new_engine(self) -> Any:
+        return self.engine_class(self.masters, self.quorum)
+
+    # -- options -------------------------------------------------------------------------------
+
+    def master_timeout_ms(self, ttl_ms: float) -> float:
+        """The per-master wait of one round for a lock of this ttl."""
+        if self.fixed_timeout_ms is not None:
+            return self.fixed_timeout_ms
+        return _algorithm.default_master_timeout_ms(ttl_ms)
+
+    def timing(self, ttl: Any) -> Timing:
+        """ttl in ms, per-master timeout and drift; refuses a ttl that could never be valid.
+
+        Cached by value (and type: True is not 1 here), as lock loops reuse a few ttls.
+        """
+        cache_key = (type(ttl), ttl)
+        try:
+            return self._timings[cache_key]
+        except (KeyError, TypeError):  # TypeError: not hashable, validated below
+            pass
+        ttl_ms = _config.ttl_ms(ttl, "ttl")
+        timeout_ms = self.master_timeout_ms(ttl_ms)
+        drift = _algorithm.drift_ms(ttl_ms, self.drift_factor)
+        if _algorithm.validity_ms(ttl_ms, timeout_ms, self.drift_factor) <= 0:
+            raise ValueError(
+                f"ttl of {ttl_ms} ms is too short: the per-master timeout ({timeout_ms:g} ms) "
+                f"and the clock drift allowance ({drift:g} ms) would leave no validity"
+            )
+        if len(self._timings) >= 64:
+            self._timings.clear()
+        self._timings[cache_key] = timing = (ttl_ms, timeout_ms, drift)
+        return timing
+
+    def votes(self, result: RoundResult) -> tuple[Vote, ...]:
+        codes, details = result[0], result[2] or {}
+        return tuple(
+            Vote(name, Outcome(code), details.get(index))
+            for index, (name, code) in enumerate(zip(self.master_names, codes))
+        )
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise HiredlockError("this Redlock is closed")
+
+    # -- the locks held ------------------------------------------------------------------------
+
+    def hold(self, lock: Any) -> None:
+        """Registers a lock as held; its weak reference is made once and kept on the lock."""
+        key = id(lock)
+        ref = lock.registry_ref
+        if ref is None:
+            registry = self.held
+
+            def forget(dead: weakref.ref, key: int = key) -> None:
+                # The lock was dropped while held. Its id may already name a new lock: only
+                # this reference's own entry goes.
+                if registry.get(key) is dead:
+                    registry.pop(key, None)
+
+            ref = lock.registry_ref = weakref.ref(lock, forget)
+        self.held[key] = ref
+
+    def held_locks(self) -> list[Any]:
+        return [lock for ref in list(self.held.values()) if (lock := ref()) is not None]
+
+    def token_held_for(self, key: bytes) -> bytes:
+        for lock in self.held_locks():
+            token = lock.token
+            if lock.key == key and token is not None:
+                return token.encode()
+        return b""
+
+    def this_process(self) -> bool:
+        """In a forked child (True): the parent's held locks are not ours to release or renew,
+        and the parent's mutex (which one of its threads may have held) is replaced."""
+        if self.generation == _fork._generation:
+            return False
+        self.mutex = threading.Lock()
+        self.held = {}
+        self._renewer = None
+        self.generation = _fork._generation
+        return True
+
+
+_CLOSED_WATCHDOG = Watchdog("closed")
+_CLOSED_WATCHDOG.close()  # watch() on a closed watchdog does nothing: locks taken after close()
