@@ -1,0 +1,13 @@
+"""hiredlock for asyncio: the same Redlock locks, on the event loop, with no thread.
+
+from hiredlock.aio import AsyncRedlock
+async with AsyncRedlock(["redis://127.0.0.1:6379/0", ...]) as redlock:
+    async with redlock.lock("report:2026-11", ttl=30):
+        ...
+"""
+
+from .._batches import KeyState
+from ._lock import AsyncLock, AsyncRLock
+from ._redlock import AsyncRedlock
+
+__all__ = ["AsyncLock", "AsyncRLock", "AsyncRedlock", "KeyState"]

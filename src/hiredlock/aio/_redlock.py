@@ -1,0 +1,172 @@
+"""AsyncRedlock: a client of N masters for asyncio; its locks share its connections."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+from collections.abc import Iterable
+from typing import Any, Callable, Optional, TypeVar
+
+from .. import _batches, _scripts
+from .._batches import KeyState
+from .._client import ClientBase, NameOrFactory
+from .._config import Duration, MasterLike
+from .._session import Session
+from ._lock import AsyncLock, AsyncRLock
+from ._rounds import AsyncRounds
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+_log = logging.getLogger("hiredlock")
+
+
+class AsyncRedlock(ClientBase):
+    """A client of N independent Redis masters for asyncio; makes locks that need a majority.
+
+    The options are Redlock's. All tasks of the event loop it is used in share its connections:
+    the rounds started in one loop iteration go out together, one write per master. It starts
+    no thread. Use one AsyncRedlock per event loop, and close it with `await aclose()` (or
+    `async with AsyncRedlock(...) as redlock:`).
+    """
+
+    def __init__(
+        self,
+        masters: Iterable[MasterLike],
+        *,
+        retry_count: int = 3,
+        retry_delay: Duration = 0.2,
+        drift_factor: float = _scripts.DEFAULT_DRIFT_FACTOR,
+        master_timeout: Optional[Duration] = None,
+        backend: str = "auto",
+    ) -> None:
+        self._session = session = Session(
+            masters,
+            retry_count=retry_count,
+            retry_delay=retry_delay,
+            drift_factor=drift_factor,
+            master_timeout=master_timeout,
+            backend=backend,
+        )
+        self.backend: str = session.backend
+        self._rounds = session.rounds = AsyncRounds(session)
+
+    def lock(
+        self,
+        name: str | bytes,
+        ttl: Duration,
+        *,
+        blocking_timeout: Optional[Duration] = None,
+        auto_renew: bool = False,
+        max_hold: Optional[Duration] = None,
+        on_lost: Optional[Callable[[AsyncLock], Any]] = None,
+        max_extensions: Optional[int] = None,
+        fencing: bool = False,
+    ) -> AsyncLock:
+        """As Redlock.lock(); auto_renew renews from a task of this loop, and on_lost may be a
+        plain or a coroutine function."""
+        return AsyncLock(
+            self,
+            name,
+            ttl,
+            blocking_timeout=blocking_timeout,
+            auto_renew=auto_renew,
+            max_hold=max_hold,
+            on_lost=on_lost,
+            max_extensions=max_extensions,
+            fencing=fencing,
+        )
+
+    def rlock(self, name: str | bytes, ttl: Duration, **options: Any) -> AsyncRLock:
+        """A reentrant lock: the task that owns it may acquire it again (options as lock())."""
+        return AsyncRLock(self, name, ttl, **options)
+
+    async def acquire_many(
+        self, names: Iterable[str | bytes], ttl: Duration
+    ) -> list[Optional[AsyncLock]]:
+        """As Redlock.acquire_many: one attempt at every name, one round trip per master."""
+        _batches.check_names(names)
+        self._session.timing(ttl)  # a bad ttl is refused even for an empty batch
+        locks = [AsyncLock(self, name, ttl) for name in names]
+        return await self._rounds.run(_batches.acquire_many_steps(self._session, locks, ttl))
+
+    async def release_many(self, locks: Iterable[AsyncLock]) -> None:
+        """As Redlock.release_many: every lock in one round trip per master."""
+        steps = _batches.release_many_steps(self._session, "AsyncRedlock", AsyncLock, list(locks))
+        await self._rounds.run(steps)
+
+    async def locked(self, name: str | bytes) -> bool:
+        """True if a majority of the masters hold a key for `name` (anyone's lock)."""
+        return _batches.locked(self._session, await self.inspect(name))
+
+    async def inspect(self, name: str | bytes) -> list[KeyState]:
+        """Asks every master what it holds for `name`: exists, PTTL, and whether it is ours."""
+        return await self._rounds.run(_batches.inspect_steps(self._session, name))
+
+    async def delete_fence_counter(self, name: str | bytes) -> None:
+        """As Redlock.delete_fence_counter."""
+        await self._rounds.run(_batches.delete_fence_counter_steps(self._session, name))
+
+    def synchronized(
+        self,
+        name: NameOrFactory,
+        ttl: Duration,
+        *,
+        blocking_timeout: Optional[Duration] = None,
+        auto_renew: bool = False,
+        **options: Any,
+    ) -> Callable[[_F], _F]:
+        """Decorator for coroutine functions: the body runs only while holding the lock `name`
+        (a name, or a callable taking the function's arguments and returning one). Plain
+        functions are refused (TypeError): use Redlock.synchronized for them."""
+        make = self._lock_factory(name, ttl, blocking_timeout, auto_renew, options)
+
+        def decorate(func: _F) -> _F:
+            if not inspect.iscoroutinefunction(func):
+                raise TypeError(
+                    f"AsyncRedlock.synchronized wraps coroutine functions; "
+                    f"{getattr(func, '__qualname__', func)!r} is not one"
+                )
+
+            @functools.wraps(func)
+            async def locked_call(*args: Any, **kwargs: Any) -> Any:
+                async with make(args, kwargs):
+                    return await func(*args, **kwargs)
+
+            return locked_call  # type: ignore[return-value]
+
+        return decorate
+
+    async def aclose(self) -> None:
+        """Stops auto-renewal, lets the rounds in flight end, releases the locks still held, and
+        closes every connection. Releasing is best effort: a lock whose release fails stays on
+        the masters until its ttl."""
+        session = self._session
+        if session.closed:
+            return
+        session.closed = True  # no new acquire goes out from here on
+        rounds = self._rounds
+        await rounds.stop_tasks()
+        while True:
+            await rounds.drain()  # an acquire in flight may still win: released below
+            held = session.held_locks()
+            if not held:
+                break
+            for lock, outcome in zip(
+                held,
+                await _gather_settled(lock.release() for lock in held),
+            ):
+                if isinstance(outcome, Exception):
+                    _log.warning("hiredlock: releasing %r on close failed: %s", lock.name, outcome)
+        rounds.close()
+
+    async def __aenter__(self) -> AsyncRedlock:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
+
+
+async def _gather_settled(coroutines: Iterable[Any]) -> list[Any]:
+    return await asyncio.gather(*coroutines, return_exceptions=True)

@@ -1,0 +1,283 @@
+"""Rounds on the event loop, batched: the asyncio driver of the algorithm's steps.
+
+Every round a task asks for is queued; at the end of the loop iteration (one call_soon) the rounds
+queued meanwhile go out together, one engine round per kind of command (so one write per master
+for all of them), and each task is handed its own slice of the results. The engines' rounds are
+fed by the loop (see hiredlock._aio_driver): no thread, and the native engine's C code parses the
+replies. An engine is used by one batch at a time; the few that batches in flight at once need
+are kept for reuse.
+
+Cancellation: a cancelled task whose round has not gone out yet withdraws it (nothing was sent);
+once it went out, the task waits (shielded) for that batch to end before the steps hear of the
+cancellation, so that their unlock can never overtake the command it undoes. Batches are driven by
+tasks of their own, never by the caller, so a cancelled caller never cuts a round short and never
+desynchronises a connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Optional, Union
+
+from .. import _scripts
+from .._aio_driver import drive
+from .._errors import HiredlockError
+from .._session import Session
+from .._steps import Pause, RunScript, SetNx, Steps, begin_on_engine
+
+MAX_IDLE_ENGINES = 4
+
+_log = logging.getLogger("hiredlock")
+
+
+class _Batch:
+    """The requests of one shape that go out together, as one engine round."""
+
+    __slots__ = ("done", "entries")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.entries: list[_Entry] = []
+        self.done = loop.create_future()  # set when the engine round is over
+
+
+class _Entry:
+    __slots__ = ("batch", "count", "first", "future", "request", "withdrawn")
+
+    def __init__(self, request: Any, future: asyncio.Future, batch: _Batch) -> None:
+        self.request = request
+        self.future = future
+        self.batch = batch
+        self.first = 0
+        self.count = 0
+        self.withdrawn = False
+
+
+def _shape(request: Union[SetNx, RunScript]) -> tuple:
+    if request.__class__ is SetNx:
+        return (None, request.ttl_ms, request.timeout_ms)
+    return (
+        request.script,
+        request.numkeys,
+        request.timeout_ms,
+        request.wait_all,
+        request.want_values,
+        request.honour_backoff,
+    )
+
+
+class AsyncRounds:
+    """Runs the rounds of one AsyncRedlock on the event loop it is first used in."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._queued: dict[tuple, _Batch] = {}
+        self._flush_scheduled = False
+        self._idle: list[Any] = []
+        self._busy: dict[int, Any] = {}  # id(engine) -> engine, for engines in a batch
+        self._batches: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task] = set()  # renewals and on_lost coroutines
+        self._closed = False
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            if self._loop is not None and not self._loop.is_closed():
+                raise RuntimeError("an AsyncRedlock is used from one event loop: make one per loop")
+            self._loop = loop  # (a closed loop's engines are gone with its batches)
+            self._idle = []
+        return loop
+
+    def spawn(self, coroutine: Any) -> bool:
+        """Runs a coroutine of this client's (a renewal, an on_lost callback) as a task that
+        aclose() cancels; False (and the coroutine closed) when the client is closed."""
+        if self._closed or self._session.closed:
+            coroutine.close()
+            return False
+        task = self.loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    # -- running steps -------------------------------------------------------------------------
+
+    async def run(self, steps: Steps) -> Any:
+        """Drives a step generator to its end on the loop; returns what it returns (see
+        hiredlock._steps: an exception, cancellation included, is thrown into the steps at the
+        request it interrupted, so that their clean-up goes out before it propagates)."""
+        send = steps.send
+        try:
+            request = send(None)
+            while True:
+                try:
+                    if request.__class__ is Pause:
+                        await asyncio.sleep(request.seconds)
+                        reply = None
+                    elif request.cleanup:
+                        reply = await self._uncancelled(request)
+                    else:
+                        entry = self._submit(request)
+                        try:
+                            reply = await entry.future
+                        except asyncio.CancelledError:
+                            await self._settle(entry)
+                            raise
+                except BaseException as exc:
+                    request = steps.throw(exc)
+                    continue
+                request = send(reply)
+        except StopIteration as stop:
+            return stop.value
+
+    def _submit(self, request: Union[SetNx, RunScript]) -> _Entry:
+        loop = self.loop()
+        if self._closed:
+            raise HiredlockError("this Redlock is closed")
+        if self._session.closed and (
+            request.__class__ is SetNx or request.script is _scripts.ACQUIRE_FENCED
+        ):
+            raise HiredlockError("this Redlock is closed")
+        shape = _shape(request)
+        batch = self._queued.get(shape)
+        if batch is None:
+            batch = self._queued[shape] = _Batch(loop)
+        entry = _Entry(request, loop.create_future(), batch)
+        batch.entries.append(entry)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+        return entry
+
+    async def _uncancelled(self, request: Union[SetNx, RunScript]) -> Any:
+        """A clean-up round: a second cancellation does not stop it (it is bounded by the
+        per-master timeout); the first one is what propagates afterwards."""
+        future = self._submit(request).future
+        while True:
+            try:
+                return await asyncio.shield(future)
+            except asyncio.CancelledError:
+                if future.done():
+                    return future.result()
+
+    async def _settle(self, entry: _Entry) -> None:
+        """After a cancellation: withdraws a round that has not gone out, or waits until the batch
+        it went out in is over."""
+        if entry.batch in self._queued.values():
+            entry.withdrawn = True
+            return
+        done = entry.batch.done
+        while not done.done():
+            try:
+                await asyncio.shield(done)
+            except asyncio.CancelledError:
+                continue
+
+    # -- batches -------------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        queued, self._queued = self._queued, {}
+        for batch in queued.values():
+            entries = [entry for entry in batch.entries if not entry.withdrawn]
+            if not entries:
+                batch.done.set_result(None)
+                continue
+            batch.entries = entries
+            request = _merged(entries)
+            task = self._loop.create_task(self._run_batch(batch, request))  # type: ignore[union-attr]
+            self._batches.add(task)
+            task.add_done_callback(self._batches.discard)
+
+    async def _run_batch(self, batch: _Batch, request: Union[SetNx, RunScript]) -> None:
+        engine = self._idle.pop() if self._idle else self._session.new_engine()
+        self._busy[id(engine)] = engine
+        try:
+            rnd = begin_on_engine(engine, request)
+            await drive(rnd, self._loop)
+            results = engine.finish(rnd)
+        except BaseException as exc:
+            for entry in batch.entries:
+                if not entry.future.done():
+                    entry.future.set_exception(
+                        exc if isinstance(exc, Exception) else HiredlockError(repr(exc))
+                    )
+            self._put_back(engine)
+            batch.done.set_result(None)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for entry in batch.entries:
+            if not entry.future.done():
+                entry.future.set_result(results[entry.first : entry.first + entry.count])
+        self._put_back(engine)
+        batch.done.set_result(None)
+
+    def _put_back(self, engine: Any) -> None:
+        self._busy.pop(id(engine), None)
+        if self._closed or len(self._idle) >= MAX_IDLE_ENGINES:
+            engine.close()
+        else:
+            self._idle.append(engine)
+
+    # -- closing -------------------------------------------------------------------------------
+
+    async def drain(self) -> None:
+        """Waits for every batch queued or in flight to end (each within its timeouts)."""
+        while self._queued or self._batches:
+            if self._queued:
+                await asyncio.sleep(0)  # the flush runs
+            if self._batches:
+                await asyncio.gather(*list(self._batches), return_exceptions=True)
+
+    async def stop_tasks(self) -> None:
+        tasks = [task for task in self._tasks if task is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def close(self) -> None:
+        """Closes every engine (after drain(): none is in a batch any more)."""
+        self._closed = True
+        engines = self._idle + list(self._busy.values())
+        self._idle = []
+        self._busy = {}
+        for engine in engines:
+            engine.close()
+
+
+def _merged(entries: list[_Entry]) -> Union[SetNx, RunScript]:
+    """One request for all the entries' keys; each entry learns where its results are."""
+    first = entries[0].request
+    if len(entries) == 1:
+        entries[0].count = len(first.keys if first.__class__ is SetNx else first.argvs)
+        return first
+    position = 0
+    if first.__class__ is SetNx:
+        keys: list[bytes] = []
+        tokens: list[bytes] = []
+        for entry in entries:
+            entry.first = position
+            entry.count = len(entry.request.keys)
+            position += entry.count
+            keys.extend(entry.request.keys)
+            tokens.extend(entry.request.tokens)
+        return SetNx(keys, tokens, first.ttl_ms, first.timeout_ms)
+    argvs: list[tuple[bytes, ...]] = []
+    for entry in entries:
+        entry.first = position
+        entry.count = len(entry.request.argvs)
+        position += entry.count
+        argvs.extend(entry.request.argvs)
+    return RunScript(
+        first.script,
+        first.numkeys,
+        argvs,
+        first.timeout_ms,
+        first.wait_all,
+        first.want_values,
+        first.honour_backoff,
+    )
