@@ -684,7 +684,7 @@ def chart(r: Results, path: str) -> str | None:
             for i, n in enumerate((1, 3, 5)):
                 row = r.cycle(lib, n, placement)
                 if row:
-                    xs.append(i + (j - 3) * width)
+                    xs.append(i + (j - (len(ORDER) - 1) / 2) * width)
                     ys.append(row["per_s"] / 1000)
             if xs:
                 ax.bar(xs, ys, width, label=LABELS[lib], color=colors[lib])
