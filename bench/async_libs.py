@@ -245,7 +245,7 @@ class PotteryTasks(TaskCycler):
 class RemoteCycler(Cycler):
     """A cycler in the hiredis venv's worker process: run(k) sends k down a pipe and waits for
     the worker's answer, so a round includes one pipe round trip (`ipc_s`: the median of 21
-    empty rounds, measured at start)."""
+    empty rounds, k=0, measured at start; with tasks it includes waking them)."""
 
     def __init__(self, lib: str, ports, tasks: int | None, prefix: str):
         self.lib = lib
