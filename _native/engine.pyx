@@ -1727,3 +1727,69 @@ cdef class NativeRound:
         e.in_round = False
         e._clear_details(self.cmd.n_items)
         e.busy = False
+
+
+# -- the blocking driver of the algorithm's steps (hiredlock/_steps.py) ----------------------------
+#
+# The same loop as _steps.run_python, in C: PyIter_Send hands back the generator's return value
+# without raising StopIteration, and no Python frame runs between two rounds. The request kinds
+# are _steps' own constants, handed over by set_step_kinds() when _steps is imported.
+
+cdef extern from "Python.h":
+    int PyIter_Send(object iterator, object arg, PyObject **presult) except -1
+    void Py_DECREF(PyObject *o)
+    void Py_INCREF_raw "Py_INCREF" (PyObject *o)
+    enum:
+        PYGEN_RETURN
+        PYGEN_NEXT
+
+cdef int _SET_NX = -1
+cdef int _PAUSE = -1
+
+from time import sleep as _sleep
+
+
+def set_step_kinds(int set_nx, int pause):
+    """Tells run_steps the request kinds of hiredlock._steps (called by that module)."""
+    global _SET_NX, _PAUSE
+    _SET_NX = set_nx
+    _PAUSE = pause
+
+
+def run_steps(steps, pool):
+    """Drives a step generator to its end, blocking, on engines from `pool`; see _steps.run."""
+    cdef PyObject *sent = NULL
+    cdef int status = PyIter_Send(steps, None, &sent)
+    cdef object request, args, engine, reply
+    cdef int kind
+    while True:
+        request = <object>sent
+        Py_DECREF(sent)
+        sent = NULL
+        if status == PYGEN_RETURN:
+            return request
+        kind, args = request
+        try:
+            if kind == _PAUSE:
+                _sleep(args)
+                reply = None
+            else:
+                engine = pool.checkout()
+                try:
+                    if kind == _SET_NX:
+                        reply = engine.set_nx(*args)
+                    else:
+                        reply = engine.run_script(*args)
+                finally:
+                    pool.checkin(engine)
+        except BaseException as exc:
+            try:
+                request = steps.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+            sent = <PyObject *>request
+            # (a new reference for the DECREF at the top of the loop)
+            Py_INCREF_raw(sent)
+            status = PYGEN_NEXT
+            continue
+        status = PyIter_Send(steps, reply, &sent)

@@ -10,10 +10,11 @@ from typing import Any, NamedTuple, Optional
 
 from . import _algorithm, _config, _scripts
 from ._errors import HiredlockError, LockLost, NotHeld, QuorumUnreachable
-from ._lockbase import LockBase, new_token
+from ._lockbase import LockBase
 from ._scripts import Outcome
 from ._session import Session
-from ._steps import RunScript, SetNx, Steps
+from ._steps import SET_NX, Steps, script
+from ._tokens import new_token
 
 
 class KeyState(NamedTuple):
@@ -44,7 +45,7 @@ def acquire_many_steps(session: Session, locks: Sequence[LockBase], ttl: Any) ->
     ttl_ms, timeout_ms, _drift = session.timing(ttl)
     tokens = [new_token() for _ in locks]
     start = time.monotonic_ns()
-    results = yield SetNx(keys, tokens, ttl_ms, timeout_ms)
+    results = yield SET_NX, (keys, tokens, ttl_ms, timeout_ms)
     out: list[Optional[LockBase]] = []
     unlock: list[tuple[bytes, bytes]] = []
     unreachable = 0
@@ -59,7 +60,7 @@ def acquire_many_steps(session: Session, locks: Sequence[LockBase], ttl: Any) ->
         unreachable += _algorithm.quorum_unreachable(result[0], session.quorum)
         out.append(None)
     if unlock:
-        yield RunScript(_scripts.RELEASE, 1, unlock, timeout_ms, True, honour_backoff=True)
+        yield script(_scripts.RELEASE, 1, unlock, timeout_ms, True, honour_backoff=True)
     if unreachable == len(locks):
         raise QuorumUnreachable(
             f"too many masters failed to answer ({session.quorum} of "
@@ -87,7 +88,7 @@ def release_many_steps(
         raise ValueError("a lock must not repeat in one batch")
     let_go = [lock.let_go() for lock in batch]
     timeout_ms = max(session.timing(lock.ttl)[1] for lock in batch)
-    results = yield RunScript(
+    results = yield script(
         _scripts.RELEASE,
         1,
         [(lock.key, token) for lock, (token, _lost) in zip(batch, let_go)],
@@ -113,7 +114,7 @@ def inspect_steps(session: Session, name: Any) -> Steps:
     key = _config.lock_name(name)
     token = session.token_held_for(key)
     result = (
-        yield RunScript(
+        yield script(
             _scripts.INSPECT,
             1,
             ((key, token),),
@@ -144,7 +145,7 @@ def delete_fence_counter_steps(session: Session, name: Any) -> Steps:
     if session.token_held_for(key):
         raise HiredlockError(f"lock {name!r} is held by this Redlock: release it first")
     result = (
-        yield RunScript(
+        yield script(
             _scripts.DELETE_KEY,
             1,
             ((_scripts.fence_key(key),),),

@@ -16,28 +16,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from binascii import hexlify
-from os import urandom
 from typing import Any, Callable, Optional
 
 from . import _algorithm, _config, _fork, _scripts
+from ._algorithm import won
 from ._config import Duration
 from ._contract import RoundResult
 from ._errors import AlreadyAcquired, LockLost, NotHeld, TooManyExtensions
 from ._session import Session, Timing
-from ._steps import Pause, RunScript, SetNx, Steps
+from ._steps import CLEANUP, PAUSE, SCRIPT, SET_NX, Steps, script
+from ._tokens import new_token
 
 _OK = int(_scripts.Outcome.OK)
 _RELEASE = _scripts.RELEASE
 _EXTEND = _scripts.EXTEND
-_TOKEN_BYTES = _scripts.TOKEN_BYTES
+_RELEASE_SHA = _RELEASE.sha
+_RELEASE_SOURCE = _RELEASE.source
 
 _log = logging.getLogger("hiredlock")
-
-
-def new_token() -> bytes:
-    """20 bytes from the OS CSPRNG (fork-safe: no user-space state), as 40 hex characters."""
-    return hexlify(urandom(_TOKEN_BYTES))
 
 
 class LockBase:
@@ -253,8 +249,26 @@ class LockBase:
 
     # -- acquire -------------------------------------------------------------------------------
 
-    def _acquire_deadline(self, blocking: Any, timeout: Optional[Duration]) -> Optional[int]:
-        """Checks acquire()'s arguments and this lock's state (before any I/O); the deadline."""
+    def _forget_expired(self) -> None:
+        """A lock whose validity ran out (or that was lost) is let go locally before a new
+        acquire: its keys expire with their ttl, and its renewals stop."""
+        with self._mutex:
+            self._token = None
+            self._lost = False
+            self._fence = None
+            self._valid_until_ns = 0
+            self._acquisition += 1
+        self._session.held.pop(id(self), None)
+
+    def _acquire_steps(self, blocking: Any, timeout: Optional[Duration]) -> Steps:
+        """Attempts until acquired (True), given up (False) or refused (an exception).
+
+        The arguments and this lock's state are checked first, before any request.
+
+        An attempt that fails unlocks every master. An exception in the middle of one (Ctrl-C,
+        a signal handler's exception, a cancelled task, an engine error) must not leave our token
+        on the masters for the whole ttl: the unlock is sent first, then it propagates.
+        """
         if blocking is not True and blocking is not False:
             _config.flag(blocking, "blocking")
         deadline_ns: Optional[int] = None
@@ -275,38 +289,22 @@ class LockBase:
                     f"lock {self._name!r} is already acquired by this {self._kind} object"
                 )
             self._forget_expired()
-        return deadline_ns
-
-    def _forget_expired(self) -> None:
-        """A lock whose validity ran out (or that was lost) is let go locally before a new
-        acquire: its keys expire with their ttl, and its renewals stop."""
-        with self._mutex:
-            self._token = None
-            self._lost = False
-            self._fence = None
-            self._valid_until_ns = 0
-            self._acquisition += 1
-        self._session.held.pop(id(self), None)
-
-    def _acquire_steps(self, blocking: bool, deadline_ns: Optional[int]) -> Steps:
-        """Attempts until acquired (True), given up (False) or refused (an exception).
-
-        An attempt that fails unlocks every master. An exception in the middle of one (Ctrl-C,
-        a signal handler's exception, a cancelled task, an engine error) must not leave our token
-        on the masters for the whole ttl: the unlock is sent first, then it propagates.
-        """
         retrying = None
         while True:
-            token = hexlify(urandom(_TOKEN_BYTES))  # new_token(), without its frame
+            token = new_token()
             start = time.monotonic_ns()
             try:
                 if self._fencing:
                     failed, fence = yield from self._fenced_rounds(token, start)
                 else:
-                    result = (yield SetNx((self._key,), (token,), self._ttl_ms, self._timeout_ms))[
-                        0
-                    ]
-                    failed = self._refusal(result, result[1])
+                    args = ((self._key,), (token,), self._ttl_ms, self._timeout_ms)
+                    result = (yield SET_NX, args)[0]
+                    session = self._session
+                    failed = (
+                        None
+                        if won(result[0], result[1], self._ttl_ms, self._drift_ms, session.quorum)
+                        else result
+                    )
                     fence = None
                 if failed is None:
                     self._took(token, start, fence)
@@ -314,8 +312,18 @@ class LockBase:
             except BaseException:
                 yield from self._unlock_steps(token)
                 raise
-            yield RunScript(
-                _RELEASE, 1, ((self._key, token),), self._timeout_ms, True, honour_backoff=True
+            yield (
+                SCRIPT,
+                (
+                    _RELEASE_SHA,
+                    _RELEASE_SOURCE,
+                    1,
+                    ((self._key, token),),
+                    self._timeout_ms,
+                    True,
+                    False,
+                    True,  # honour_backoff: the unlock after a failed attempt
+                ),
             )
             self._last_votes = self._session.votes(failed)
             self._last_codes = failed[0]
@@ -327,7 +335,7 @@ class LockBase:
             delay = retrying.after_failure(self._last_codes, self._last_votes)
             if delay is None:
                 return False
-            yield Pause(delay)
+            yield PAUSE, delay
 
     def _fenced_rounds(self, token: bytes, start: int) -> Steps:
         """Acquire with a fence: (the failed round or None, the fence).
@@ -339,7 +347,7 @@ class LockBase:
         fence_key = _scripts.fence_key(self._key)
         ttl = str(self._ttl_ms).encode()
         first = (
-            yield RunScript(
+            yield script(
                 _scripts.ACQUIRE_FENCED,
                 2,
                 ((self._key, fence_key, token, ttl),),
@@ -353,7 +361,7 @@ class LockBase:
             return first, None
         fence = max(value for code, value in zip(first[0], first[3]) if code == _OK)
         second = (
-            yield RunScript(
+            yield script(
                 _scripts.RAISE_FENCE,
                 1,
                 ((fence_key, str(fence).encode()),),
@@ -373,9 +381,7 @@ class LockBase:
         if self._session.closed:
             return  # nothing went out (a closed client refuses every round), nor can it now
         try:
-            yield RunScript(
-                _RELEASE, 1, ((self._key, token),), self._timeout_ms, True, cleanup=True
-            )
+            yield script(_RELEASE, 1, ((self._key, token),), self._timeout_ms, True, kind=CLEANUP)
         except Exception as exc:
             _log.warning("hiredlock: unlocking %r after an exception failed: %s", self._name, exc)
 
@@ -434,9 +440,13 @@ class LockBase:
         token = self._token
         try:
             token, lost = self.let_go()
-            result = (yield RunScript(_RELEASE, 1, ((self._key, token),), self._timeout_ms, True))[
-                0
-            ]
+            argvs = ((self._key, token),)
+            result = (
+                yield (
+                    SCRIPT,
+                    (_RELEASE_SHA, _RELEASE_SOURCE, 1, argvs, self._timeout_ms, True, False, False),
+                )
+            )[0]
         except NotHeld:
             raise  # nothing of ours to unlock (in a forked child: the parent's lock)
         except BaseException:
@@ -514,9 +524,7 @@ class LockBase:
         # wait_all: every master that keeps up gets the new ttl (and the EVAL after a NOSCRIPT);
         # the validity still counts from this round's start.
         result = (
-            yield RunScript(
-                _EXTEND, 1, ((self._key, token, str(ttl_ms).encode()),), timeout_ms, True
-            )
+            yield script(_EXTEND, 1, ((self._key, token, str(ttl_ms).encode()),), timeout_ms, True)
         )[0]
         if _algorithm.won(result[0], result[1], ttl_ms, drift, self._session.quorum):
             valid_until = start + int((ttl_ms - drift) * 1_000_000)

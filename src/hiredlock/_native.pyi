@@ -1,7 +1,7 @@
 """Type stub of the Cython extension hiredlock._native (source: _native/engine.pyx)."""
 
-from collections.abc import Callable, Sequence
-from typing import ClassVar, Optional
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, ClassVar, Optional
 
 from ._config import MasterSpec
 from ._contract import RoundResult
@@ -60,3 +60,6 @@ class NativeRound:
     def on_deadline(self, now_ns: int) -> None: ...
     def end(self) -> None: ...
     def break_off(self) -> None: ...
+
+def set_step_kinds(set_nx: int, pause: int) -> None: ...
+def run_steps(steps: Generator[tuple[int, Any], Any, Any], pool: Any) -> Any: ...

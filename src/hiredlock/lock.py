@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from . import _fork
 from ._config import Duration
 from ._errors import HiredlockError, LockLost, LockNotAcquired, NotHeld
-from ._lockbase import LockBase, new_token
+from ._lockbase import LockBase
 from ._steps import run
+from ._tokens import new_token
 
 if TYPE_CHECKING:
     from .redlock import Redlock
@@ -103,8 +104,7 @@ class Lock(WithStatement, LockBase):
         a wrong password or missing permissions, and AlreadyAcquired when this Lock object holds
         the lock already. A lock that expired or was lost can be acquired again.
         """
-        deadline_ns = self._acquire_deadline(blocking, timeout)
-        return run(self._acquire_steps(blocking, deadline_ns), self._rounds)
+        return run(self._acquire_steps(blocking, timeout), self._rounds)
 
     def release(self) -> None:
         """Unlocks every master. Raises LockLost if fewer than a quorum still held our token.

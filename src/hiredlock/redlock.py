@@ -14,7 +14,7 @@ from ._client import ClientBase, NameOrFactory
 from ._config import Duration, MasterLike
 from ._pool import EnginePool
 from ._session import Session
-from ._steps import BlockingRounds, run
+from ._steps import run
 from .lock import Lock
 from .rlock import RLock
 
@@ -65,7 +65,7 @@ class Redlock(ClientBase):
         session.label = hex(id(self))
         self.backend: str = session.backend
         self._pool = EnginePool(session.new_engine)
-        session.rounds = BlockingRounds(self._pool)
+        session.rounds = self._pool
 
     # -- public ------------------------------------------------------------------------------
 

@@ -92,8 +92,7 @@ class AsyncLock(AsyncWithStatement, LockBase):
         """As Lock.acquire: True once held by a valid quorum; False when it stayed taken until
         the deadline (or at once with blocking=False); QuorumUnreachable, MasterConfigError and
         AlreadyAcquired as there. Waits between attempts with asyncio.sleep."""
-        deadline_ns = self._acquire_deadline(blocking, timeout)
-        return await self._rounds.run(self._acquire_steps(blocking, deadline_ns))
+        return await self._rounds.run(self._acquire_steps(blocking, timeout))
 
     async def release(self) -> None:
         """Unlocks every master. Raises LockLost if fewer than a quorum still held our token."""

@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 from .. import _scripts
 from .._aio_driver import drive
 from .._errors import HiredlockError
 from .._session import Session
-from .._steps import Pause, RunScript, SetNx, Steps, begin_on_engine
+from .._steps import CLEANUP, PAUSE, SET_NX, Steps, begin_on_engine
 
 MAX_IDLE_ENGINES = 4
+_ACQUIRE_FENCED_SHA = _scripts.ACQUIRE_FENCED.sha
 
 _log = logging.getLogger("hiredlock")
 
@@ -34,18 +35,19 @@ _log = logging.getLogger("hiredlock")
 class _Batch:
     """The requests of one shape that go out together, as one engine round."""
 
-    __slots__ = ("done", "entries")
+    __slots__ = ("done", "entries", "kind")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, kind: int) -> None:
+        self.kind = kind
         self.entries: list[_Entry] = []
         self.done = loop.create_future()  # set when the engine round is over
 
 
 class _Entry:
-    __slots__ = ("batch", "count", "first", "future", "request", "withdrawn")
+    __slots__ = ("args", "batch", "count", "first", "future", "withdrawn")
 
-    def __init__(self, request: Any, future: asyncio.Future, batch: _Batch) -> None:
-        self.request = request
+    def __init__(self, args: tuple, future: asyncio.Future, batch: _Batch) -> None:
+        self.args = args
         self.future = future
         self.batch = batch
         self.first = 0
@@ -53,17 +55,11 @@ class _Entry:
         self.withdrawn = False
 
 
-def _shape(request: Union[SetNx, RunScript]) -> tuple:
-    if request.__class__ is SetNx:
-        return (None, request.ttl_ms, request.timeout_ms)
-    return (
-        request.script,
-        request.numkeys,
-        request.timeout_ms,
-        request.wait_all,
-        request.want_values,
-        request.honour_backoff,
-    )
+def _shape(kind: int, args: tuple) -> tuple:
+    """Requests of one shape can go out as one engine round."""
+    if kind == SET_NX:
+        return (None, args[2], args[3])  # ttl, timeout
+    return (args[0], args[2], *args[4:])  # sha, numkeys, timeout and flags
 
 
 class AsyncRounds:
@@ -110,51 +106,49 @@ class AsyncRounds:
         request it interrupted, so that their clean-up goes out before it propagates)."""
         send = steps.send
         try:
-            request = send(None)
+            kind, args = send(None)
             while True:
                 try:
-                    if request.__class__ is Pause:
-                        await asyncio.sleep(request.seconds)
+                    if kind == PAUSE:
+                        await asyncio.sleep(args)
                         reply = None
-                    elif request.cleanup:
-                        reply = await self._uncancelled(request)
+                    elif kind == CLEANUP:
+                        reply = await self._uncancelled(args)
                     else:
-                        entry = self._submit(request)
+                        entry = self._submit(kind, args)
                         try:
                             reply = await entry.future
                         except asyncio.CancelledError:
                             await self._settle(entry)
                             raise
                 except BaseException as exc:
-                    request = steps.throw(exc)
+                    kind, args = steps.throw(exc)
                     continue
-                request = send(reply)
+                kind, args = send(reply)
         except StopIteration as stop:
             return stop.value
 
-    def _submit(self, request: Union[SetNx, RunScript]) -> _Entry:
+    def _submit(self, kind: int, args: tuple) -> _Entry:
         loop = self.loop()
         if self._closed:
             raise HiredlockError("this Redlock is closed")
-        if self._session.closed and (
-            request.__class__ is SetNx or request.script is _scripts.ACQUIRE_FENCED
-        ):
-            raise HiredlockError("this Redlock is closed")
-        shape = _shape(request)
+        if self._session.closed and (kind == SET_NX or args[0] == _ACQUIRE_FENCED_SHA):
+            raise HiredlockError("this Redlock is closed")  # after aclose() only unlocks go out
+        shape = (kind != SET_NX, *_shape(kind, args))
         batch = self._queued.get(shape)
         if batch is None:
-            batch = self._queued[shape] = _Batch(loop)
-        entry = _Entry(request, loop.create_future(), batch)
+            batch = self._queued[shape] = _Batch(loop, kind)
+        entry = _Entry(args, loop.create_future(), batch)
         batch.entries.append(entry)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
         return entry
 
-    async def _uncancelled(self, request: Union[SetNx, RunScript]) -> Any:
-        """A clean-up round: a second cancellation does not stop it (it is bounded by the
-        per-master timeout); the first one is what propagates afterwards."""
-        future = self._submit(request).future
+    async def _uncancelled(self, args: tuple) -> Any:
+        """A clean-up round (a script): a second cancellation does not stop it (it is bounded by
+        the per-master timeout); the first one is what propagates afterwards."""
+        future = self._submit(CLEANUP, args).future
         while True:
             try:
                 return await asyncio.shield(future)
@@ -186,16 +180,16 @@ class AsyncRounds:
                 batch.done.set_result(None)
                 continue
             batch.entries = entries
-            request = _merged(entries)
-            task = self._loop.create_task(self._run_batch(batch, request))  # type: ignore[union-attr]
+            args = _merged(batch.kind, entries)
+            task = self._loop.create_task(self._run_batch(batch, args))  # type: ignore[union-attr]
             self._batches.add(task)
             task.add_done_callback(self._batches.discard)
 
-    async def _run_batch(self, batch: _Batch, request: Union[SetNx, RunScript]) -> None:
+    async def _run_batch(self, batch: _Batch, args: tuple) -> None:
         engine = self._idle.pop() if self._idle else self._session.new_engine()
         self._busy[id(engine)] = engine
         try:
-            rnd = begin_on_engine(engine, request)
+            rnd = begin_on_engine(engine, batch.kind, args)
             await drive(rnd, self._loop)
             results = engine.finish(rnd)
         except BaseException as exc:
@@ -249,35 +243,29 @@ class AsyncRounds:
             engine.close()
 
 
-def _merged(entries: list[_Entry]) -> Union[SetNx, RunScript]:
-    """One request for all the entries' keys; each entry learns where its results are."""
-    first = entries[0].request
+def _merged(kind: int, entries: list[_Entry]) -> tuple:
+    """The arguments of one round for all the entries' keys; each entry learns where its
+    results are."""
     if len(entries) == 1:
-        entries[0].count = len(first.keys if first.__class__ is SetNx else first.argvs)
-        return first
+        entry = entries[0]
+        entry.count = len(entry.args[0] if kind == SET_NX else entry.args[3])
+        return entry.args
     position = 0
-    if first.__class__ is SetNx:
+    first = entries[0].args
+    if kind == SET_NX:
         keys: list[bytes] = []
         tokens: list[bytes] = []
         for entry in entries:
             entry.first = position
-            entry.count = len(entry.request.keys)
+            entry.count = len(entry.args[0])
             position += entry.count
-            keys.extend(entry.request.keys)
-            tokens.extend(entry.request.tokens)
-        return SetNx(keys, tokens, first.ttl_ms, first.timeout_ms)
+            keys.extend(entry.args[0])
+            tokens.extend(entry.args[1])
+        return (keys, tokens, first[2], first[3])
     argvs: list[tuple[bytes, ...]] = []
     for entry in entries:
         entry.first = position
-        entry.count = len(entry.request.argvs)
+        entry.count = len(entry.args[3])
         position += entry.count
-        argvs.extend(entry.request.argvs)
-    return RunScript(
-        first.script,
-        first.numkeys,
-        argvs,
-        first.timeout_ms,
-        first.wait_all,
-        first.want_values,
-        first.honour_backoff,
-    )
+        argvs.extend(entry.args[3])
+    return (first[0], first[1], first[2], argvs, *first[4:])
