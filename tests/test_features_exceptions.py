@@ -5,6 +5,7 @@ too.  After each, the key is gone from every master and a rival acquires at once
 from __future__ import annotations
 
 import pytest
+from apis import make_redlock_fixture, pytest_generate_tests  # noqa: F401  (sync and async APIs)
 from features_support import MT, leakcheck_fixture, script_calls  # noqa: F401  (the leakcheck fixture)
 from support import EVENTUAL, assert_no_key, assert_values, urls, wait_until
 

@@ -5,6 +5,7 @@ client's lock, keys without expiry or of another type, and a dead master."""
 from __future__ import annotations
 
 import pytest
+from apis import make_redlock_fixture, pytest_generate_tests  # noqa: F401  (sync and async APIs)
 from features_support import MT, leakcheck_fixture  # noqa: F401  (fixture)
 from support import FOREIGN, assert_values, urls
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from apis import make_redlock_fixture, pytest_generate_tests  # noqa: F401  (sync and async APIs)
 from features_support import MT, leakcheck_fixture  # noqa: F401  (fixture)
 from support import assert_no_key, assert_values, urls
 

@@ -6,6 +6,7 @@ release after success leaves no key of ours anywhere."""
 from __future__ import annotations
 
 import pytest
+from apis import make_redlock_fixture, pytest_generate_tests  # noqa: F401  (sync and async APIs)
 from support import TOKEN_RE, assert_foreign_intact, assert_no_key, assert_values, set_foreign, urls
 
 CASES = [(n, mask) for n in range(1, 6) for mask in range(2**n)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from apis import make_redlock_fixture, pytest_generate_tests  # noqa: F401  (sync and async APIs)
 from support import (
     assert_foreign_intact,
     assert_no_key,

@@ -5,7 +5,8 @@ Two bounds are checked on every success:
 * the caller's view (the brief's formula): validity read right after acquire() returns is at most
   ttl - (elapsed measured around acquire) - drift, plus EPS_CALL for the few microseconds of
   Python work that acquire() does before the library's own clock starts (the library measures
-  from *after* our t0, so without EPS_CALL the formula is not sound);
+  from *after* our t0, so without EPS_CALL the formula is not sound); on the async API the
+  elapsed time is measured in the caller's task (apis.timed), as a coroutine would;
 * the server's view (sound, no caller slack): the lock's deadline (now + validity) is at most the
   moment the quorum-th longest-living key of ours expires on the masters, minus drift.  Key expiry
   is read with PTTL (ms resolution: 2 ms are allowed for the two truncations).
@@ -21,6 +22,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from apis import make_redlock_fixture, pytest_generate_tests, timed  # noqa: F401  (both APIs)
 from support import FOREIGN, assert_no_key, debug_sleep, set_foreign, urls
 
 from hiredlock import LockLost
@@ -33,9 +35,7 @@ def drift_s(ttl, drift_factor=0.01):
 
 
 def timed_acquire(lock, **kw):
-    t0 = time.monotonic()
-    got = lock.acquire(**kw)
-    t1 = time.monotonic()
+    got, t0, t1 = timed(lock.acquire, **kw)
     v = lock.validity
     return got, t0, t1, v
 
@@ -101,9 +101,7 @@ def test_validity_decreases_and_extend_rearms(engine, make_redlock, masters5, ke
     v1 = lock.validity
     v2 = lock.validity
     assert v2 <= v1
-    t0 = time.monotonic()
-    lock.extend(5)
-    t1 = time.monotonic()
+    _, t0, t1 = timed(lock.extend, 5)
     v = lock.validity
     assert v > v1
     check_validity(lock, masters5, rl.quorum, 5.0, t0, t1, v)
@@ -156,15 +154,13 @@ def test_tight_ttl_never_returns_invalid_lock(engine, make_redlock, masters5, ke
     wins = 0
     for i in range(30):
         lock = rl.lock(f"{key}:{i}", 0.012)
-        t0 = time.monotonic()
         try:
-            got = lock.acquire(blocking=False)
+            got, t0, t1 = timed(lock.acquire, blocking=False)
         except Exception as exc:  # QuorumUnreachable if a master was slower than 5 ms
             from hiredlock import LockNotAcquired
 
             assert isinstance(exc, LockNotAcquired)
             got = False
-        t1 = time.monotonic()
         if got:
             wins += 1
             v = lock.validity
