@@ -10,9 +10,9 @@ import math
 from datetime import timedelta
 
 import pytest
+from apis import make_redlock_fixture, pytest_generate_tests  # noqa: F401  (sync and async APIs)
 
 import hiredlock
-from hiredlock import Redlock
 
 
 def _raises_naming(fn, argname, canary):
@@ -52,10 +52,10 @@ BAD_TTLS = [
 
 
 @pytest.mark.parametrize("ttl", BAD_TTLS)
-def test_bad_ttl(engine, canary, ttl):
+def test_bad_ttl(engine, make_redlock, canary, ttl):
     if ttl == "max+1":
         ttl = hiredlock.MAX_TTL + 1
-    rl = Redlock([canary.url], backend=engine)
+    rl = make_redlock([canary.url])
     try:
         _raises_naming(lambda: rl.lock("name", ttl), "ttl", canary)
     finally:
@@ -63,8 +63,8 @@ def test_bad_ttl(engine, canary, ttl):
     assert not canary.touched()
 
 
-def test_ttl_type_errors_are_type_errors(engine, canary):
-    rl = Redlock([canary.url], backend=engine)
+def test_ttl_type_errors_are_type_errors(engine, make_redlock, canary):
+    rl = make_redlock([canary.url])
     try:
         for bad in ("10", None, [1], True):
             with pytest.raises(TypeError, match="ttl"):
@@ -77,8 +77,8 @@ def test_ttl_type_errors_are_type_errors(engine, canary):
     assert not canary.touched()
 
 
-def test_ttl_too_small_for_explicit_master_timeout(engine, canary):
-    rl = Redlock([canary.url], backend=engine, master_timeout=1)
+def test_ttl_too_small_for_explicit_master_timeout(engine, make_redlock, canary):
+    rl = make_redlock([canary.url], master_timeout=1)
     try:
         _raises_naming(lambda: rl.lock("name", 1), "ttl", canary)
         _raises_naming(lambda: rl.lock("name", 0.5), "ttl", canary)
@@ -88,8 +88,8 @@ def test_ttl_too_small_for_explicit_master_timeout(engine, canary):
     assert not canary.touched()
 
 
-def test_good_ttls_do_no_io(engine, canary):
-    rl = Redlock([canary.url], backend=engine)
+def test_good_ttls_do_no_io(engine, make_redlock, canary):
+    rl = make_redlock([canary.url])
     try:
         for ttl in (hiredlock.MAX_TTL, 0.01, 1, 2.5, timedelta(minutes=5), 10**6):
             lk = rl.lock("name", ttl)
@@ -112,8 +112,8 @@ def test_good_ttls_do_no_io(engine, canary):
         pytest.param(object(), id="object"),
     ],
 )
-def test_bad_name(engine, canary, name):
-    rl = Redlock([canary.url], backend=engine)
+def test_bad_name(engine, make_redlock, canary, name):
+    rl = make_redlock([canary.url])
     try:
         _raises_naming(lambda: rl.lock(name, 5), "name", canary)
     finally:
@@ -143,9 +143,9 @@ BAD_OPTIONS = [
 
 
 @pytest.mark.parametrize("opt,value", BAD_OPTIONS, ids=[f"{o}={v!r}" for o, v in BAD_OPTIONS])
-def test_bad_option(engine, canary, opt, value):
+def test_bad_option(engine, make_redlock, canary, opt, value):
     kw = {"backend": engine, opt: value}
-    _raises_naming(lambda: Redlock([canary.url], **kw), opt, canary)
+    _raises_naming(lambda: make_redlock([canary.url], **kw), opt, canary)
 
 
 def _bad_masters(canary):
@@ -183,9 +183,9 @@ BAD_MASTER_IDS = list(
 
 
 @pytest.mark.parametrize("case", BAD_MASTER_IDS)
-def test_bad_masters(engine, canary, case):
+def test_bad_masters(engine, make_redlock, canary, case):
     masters = _bad_masters(canary)[case]
-    _raises_naming(lambda: Redlock(masters, backend=engine), "masters", canary)
+    _raises_naming(lambda: make_redlock(masters), "masters", canary)
 
 
 @pytest.mark.parametrize(
@@ -197,8 +197,8 @@ def test_bad_masters(engine, canary, case):
         ({"blocking": "yes"}, "blocking"),
     ],
 )
-def test_bad_acquire_arguments(engine, canary, kw, arg):
-    rl = Redlock([canary.url], backend=engine)
+def test_bad_acquire_arguments(engine, make_redlock, canary, kw, arg):
+    rl = make_redlock([canary.url])
     try:
         lk = rl.lock("name", 5)
         _raises_naming(lambda: lk.acquire(**kw), arg, canary)
@@ -207,10 +207,9 @@ def test_bad_acquire_arguments(engine, canary, kw, arg):
         rl.close()
 
 
-def test_construction_and_lock_do_no_io(engine, canary):
-    rl = Redlock(
+def test_construction_and_lock_do_no_io(engine, make_redlock, canary):
+    rl = make_redlock(
         [canary.url],
-        backend=engine,
         retry_count=2,
         retry_delay=0.01,
         drift_factor=0.02,
@@ -241,9 +240,9 @@ def test_bad_extend_ttl(engine, make_redlock, masters5, key):
     lk.release()
 
 
-def test_canary_detects_io(engine, canary):
+def test_canary_detects_io(engine, make_redlock, canary):
     """Control for the no-I/O checks above: a real attempt does show up on the canary."""
-    rl = Redlock([canary.url], backend=engine, retry_count=1)
+    rl = make_redlock([canary.url], retry_count=1)
     try:
         with pytest.raises(hiredlock.QuorumUnreachable):
             rl.lock("name", 1).acquire(blocking=False)

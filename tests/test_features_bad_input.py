@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 
 import pytest
+from apis import make_redlock_fixture, pytest_generate_tests  # noqa: F401  (sync and async APIs)
 from features_support import MT, leakcheck_fixture, script_calls  # noqa: F401  (the leakcheck fixture)
 from servers import Canary
 from support import assert_no_key, urls
 
-from hiredlock import NotHeld, Redlock, TooManyExtensions
+from hiredlock import NotHeld, TooManyExtensions
 
 
 @pytest.fixture
@@ -71,8 +72,8 @@ def make_with(rl, maker, options):
 
 @pytest.mark.parametrize("maker", MAKERS)
 @pytest.mark.parametrize(("options", "exc_type", "argname"), BAD)
-def test_bad_option(engine, canaries, maker, options, exc_type, argname):
-    rl = Redlock([c.url for c in canaries], backend=engine)
+def test_bad_option(engine, make_redlock, canaries, maker, options, exc_type, argname):
+    rl = make_redlock([c.url for c in canaries])
     try:
         with pytest.raises(exc_type) as ei:
             make_with(rl, maker, options)
@@ -83,8 +84,8 @@ def test_bad_option(engine, canaries, maker, options, exc_type, argname):
 
 
 @pytest.mark.parametrize("maker", MAKERS)
-def test_good_options_are_accepted_without_io(engine, canaries, maker):
-    rl = Redlock([c.url for c in canaries], backend=engine)
+def test_good_options_are_accepted_without_io(engine, make_redlock, canaries, maker):
+    rl = make_redlock([c.url for c in canaries])
     try:
         make_with(
             rl,
@@ -103,8 +104,8 @@ def test_good_options_are_accepted_without_io(engine, canaries, maker):
     assert not any(c.touched() for c in canaries)
 
 
-def test_extend_past_max_extensions_before_io(engine, canaries):
-    rl = Redlock([c.url for c in canaries], backend=engine)
+def test_extend_past_max_extensions_before_io(engine, make_redlock, canaries):
+    rl = make_redlock([c.url for c in canaries])
     try:
         lock = rl.lock("name", 5, max_extensions=0)
         with pytest.raises(TooManyExtensions):

@@ -12,12 +12,14 @@ import time
 import uuid
 
 import pytest
+from apis import make_redlock_fixture, pytest_generate_tests, sync_only  # noqa: F401  (both APIs)
 from support import TOKEN_RE, assert_no_key, assert_values, urls
 
 N_TOKENS = 100_000
 
 
 @pytest.mark.slow
+@sync_only("the tokens come from the engine, which both APIs share: 100k once is enough")
 def test_tokens_unique_100k(engine, make_redlock, masters5, capsys):
     """100,000 acquisitions (distinct names, not released: one round trip each) on one master."""
     m = masters5[0]
@@ -135,6 +137,7 @@ def _child_acquire(rl, name):
 
 
 @pytest.mark.fork
+@sync_only("fork() of a process whose asyncio loop runs in another thread")
 def test_fork_tokens_differ(engine, make_redlock, masters5, key):
     rl = make_redlock(urls(masters5[:3]))
     first = rl.lock(key + ":parent", 5)
@@ -204,6 +207,7 @@ def _lib_addrs(server):
 
 
 @pytest.mark.fork
+@sync_only("fork() of a process whose asyncio loop runs in another thread")
 def test_fork_child_uses_its_own_connection(engine, make_redlock, masters5, key):
     """Sound check: MONITOR reports, for each command, the client address (ip:port) of the TCP
     connection that sent it.  Every connection the parent had before fork() is listed by CLIENT
@@ -263,6 +267,7 @@ def test_fork_child_uses_its_own_connection(engine, make_redlock, masters5, key)
 
 
 @pytest.mark.fork
+@sync_only("fork() of a process whose asyncio loop runs in another thread")
 def test_fork_child_with_unused_redlock(engine, make_redlock, masters5, key):
     """A Redlock created (but never connected) before fork works in both processes."""
     rl = make_redlock(urls(masters5[:3]))
