@@ -1,21 +1,24 @@
-"""The asyncio driver: waits for a python engine round on an event loop instead of in poll().
+"""The asyncio driver: waits for an engine's round on an event loop instead of in poll().
 
-The round (see _engine_py._Round) says which sockets it waits on and until when; this driver
-registers those sockets with loop.add_reader / loop.add_writer and one loop.call_at timer, feeds
-the round what the loop reports, and keeps the registrations in step with what the round wants
-after every event. No threads, only the loop's public interface (uvloop's too).
+The round (see _engine_py._Round, and the native engine's NativeRound) says which sockets it waits
+on and until when; this driver registers those sockets with loop.add_reader / loop.add_writer and
+one loop.call_at timer, feeds the round what the loop reports, and keeps the registrations in step
+with what the round wants after every event. No threads, only the loop's public interface
+(uvloop's too).
 
+start() drives a round with callbacks only (no task): `on_end(None)` once the round is finished
+and ended, or `on_end(exc)` after an exception from inside an event (never expected), which breaks
+the round off: its connections go, since what they owe is then unknown. drive() awaits the same.
 However drive() ends, nothing stays registered on the loop and the round is ended: finished, or
 given up (a cancelled task) with every reply still owed accounted for, so that a later round reads
-and drops it. An exception from inside an event (never expected) breaks the round off instead:
-its connections go, since what they owe is then unknown.
+and drops it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ._poller import POLLIN, POLLOUT
 
@@ -23,10 +26,13 @@ from ._poller import POLLIN, POLLOUT
 class _Registrations:
     """The round's sockets and timer on the loop, kept equal to what the round waits for."""
 
-    def __init__(self, rnd: Any, loop: asyncio.AbstractEventLoop, done: asyncio.Future) -> None:
+    def __init__(
+        self, rnd: Any, loop: asyncio.AbstractEventLoop, on_end: Callable[[Any], None]
+    ) -> None:
         self.rnd = rnd
         self.loop = loop
-        self.done = done
+        self.on_end = on_end
+        self.ended = False
         self.readers: set[int] = set()
         self.writers: set[int] = set()
         self.timer: Optional[asyncio.TimerHandle] = None
@@ -43,13 +49,17 @@ class _Registrations:
         self._feed(self.rnd.on_deadline, time.monotonic_ns())
 
     def _feed(self, handler: Any, *event: Any) -> None:
-        if self.done.done():
+        if self.ended:
             return  # an event the loop had already collected before the round ended
         try:
             handler(*event)
             self.update()
         except BaseException as exc:
-            self.done.set_exception(exc)
+            self.clear()
+            self.ended = True
+            self.rnd.break_off()
+            self.rnd.before_close = None
+            self.on_end(exc)
 
     def update(self) -> None:
         """Registers what the round now waits for, unregisters the rest; ends the round (its end
@@ -57,8 +67,10 @@ class _Registrations:
         rnd = self.rnd
         if rnd.finished():
             self.clear()
+            self.ended = True
             rnd.end()
-            self.done.set_result(None)
+            rnd.before_close = None
+            self.on_end(None)
             return
         wanted = rnd.fds_wanted()
         readers = {fd for fd, events in wanted.items() if events & POLLIN}
@@ -96,6 +108,15 @@ class _Registrations:
             self.writers.discard(fd)
             self.loop.remove_writer(fd)
 
+    def give_up(self) -> None:
+        """Ends the round now (between events its state is whole, so it can be accounted)."""
+        if self.ended:
+            return
+        self.clear()
+        self.ended = True
+        self.rnd.end()
+        self.rnd.before_close = None
+
     def clear(self) -> None:
         for fd in self.readers:
             self.loop.remove_reader(fd)
@@ -108,28 +129,35 @@ class _Registrations:
             self.timer = None
 
 
+def start(rnd: Any, loop: asyncio.AbstractEventLoop, on_end: Callable[[Any], None]) -> Any:
+    """Drives a begun round on `loop` with callbacks; on_end(None or the exception) is called
+    once, after the round has ended (possibly before start() returns). Returns a handle whose
+    give_up() ends the round early, its owed replies accounted for."""
+    registrations = _Registrations(rnd, loop, on_end)
+    rnd.before_close = registrations.forget
+    registrations.update()
+    return registrations
+
+
 async def drive(rnd: Any, loop: Optional[asyncio.AbstractEventLoop] = None) -> None:
-    """Waits for a round begun on a python engine (begin_set_nx, begin_script) until it is
-    finished; engine.finish(rnd) then gives its results. The round is ended when this returns
-    or raises (cancelled included)."""
+    """Waits for a round begun on an engine (begin_set_nx, begin_script) until it is finished;
+    engine.finish(rnd) then gives its results. The round is ended when this returns or raises
+    (cancelled included)."""
     if loop is None:
         loop = asyncio.get_running_loop()
-    if rnd.finished():
-        rnd.end()
-        return
     done = loop.create_future()
-    registrations = _Registrations(rnd, loop, done)
-    rnd.before_close = registrations.forget
+
+    def on_end(exc: Any) -> None:
+        if done.done():
+            return
+        if exc is None:
+            done.set_result(None)
+        else:
+            done.set_exception(exc)
+
+    registrations = start(rnd, loop, on_end)
     try:
-        registrations.update()
         await done
     except asyncio.CancelledError:
-        registrations.clear()
-        rnd.end()  # between events: the round's state is whole, so it can be accounted
+        registrations.give_up()
         raise
-    except BaseException:
-        registrations.clear()
-        rnd.break_off()
-        raise
-    finally:
-        rnd.before_close = None

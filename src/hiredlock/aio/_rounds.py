@@ -5,23 +5,25 @@ queued meanwhile go out together, one engine round per kind of command (so one w
 for all of them), and each task is handed its own slice of the results. The engines' rounds are
 fed by the loop (see hiredlock._aio_driver): no thread, and the native engine's C code parses the
 replies. An engine is used by one batch at a time; the few that batches in flight at once need
-are kept for reuse.
+are kept for reuse. No task is made per round: the rounds are begun in the flush and fed by the
+loop's reader, writer and timer callbacks, which hand each caller its results.
 
 Cancellation: a cancelled task whose round has not gone out yet withdraws it (nothing was sent);
 once it went out, the task waits (shielded) for that batch to end before the steps hear of the
 cancellation, so that their unlock can never overtake the command it undoes. Batches are driven by
-tasks of their own, never by the caller, so a cancelled caller never cuts a round short and never
-desynchronises a connection.
+the loop's callbacks, never by the caller, so a cancelled caller never cuts a round short and
+never desynchronises a connection.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any, Optional
 
 from .. import _scripts
-from .._aio_driver import drive
+from .._aio_driver import start
 from .._errors import HiredlockError
 from .._session import Session
 from .._steps import CLEANUP, PAUSE, SET_NX, Steps, begin_on_engine
@@ -72,7 +74,7 @@ class AsyncRounds:
         self._flush_scheduled = False
         self._idle: list[Any] = []
         self._busy: dict[int, Any] = {}  # id(engine) -> engine, for engines in a batch
-        self._batches: set[asyncio.Task] = set()
+        self._in_flight: set[_Batch] = set()
         self._tasks: set[asyncio.Task] = set()  # renewals and on_lost coroutines
         self._closed = False
 
@@ -172,6 +174,8 @@ class AsyncRounds:
     # -- batches -------------------------------------------------------------------------------
 
     def _flush(self) -> None:
+        """Sends the rounds queued in this loop iteration: one engine round per shape, begun
+        here (its commands are written now) and fed by the loop's callbacks."""
         self._flush_scheduled = False
         queued, self._queued = self._queued, {}
         for batch in queued.values():
@@ -180,33 +184,33 @@ class AsyncRounds:
                 batch.done.set_result(None)
                 continue
             batch.entries = entries
-            args = _merged(batch.kind, entries)
-            task = self._loop.create_task(self._run_batch(batch, args))  # type: ignore[union-attr]
-            self._batches.add(task)
-            task.add_done_callback(self._batches.discard)
+            self._in_flight.add(batch)
+            engine = self._idle.pop() if self._idle else self._session.new_engine()
+            self._busy[id(engine)] = engine
+            try:
+                rnd = begin_on_engine(engine, batch.kind, _merged(batch.kind, entries))
+                start(rnd, self._loop, functools.partial(self._ended, batch, engine, rnd))
+            except Exception as exc:
+                self._ended(batch, engine, None, exc)
 
-    async def _run_batch(self, batch: _Batch, args: tuple) -> None:
-        engine = self._idle.pop() if self._idle else self._session.new_engine()
-        self._busy[id(engine)] = engine
+    def _ended(self, batch: _Batch, engine: Any, rnd: Any, exc: Optional[BaseException]) -> None:
+        """A batch's round is over: each caller gets its slice of the results (or the error)."""
         try:
-            rnd = begin_on_engine(engine, batch.kind, args)
-            await drive(rnd, self._loop)
-            results = engine.finish(rnd)
-        except BaseException as exc:
-            for entry in batch.entries:
-                if not entry.future.done():
-                    entry.future.set_exception(
-                        exc if isinstance(exc, Exception) else HiredlockError(repr(exc))
-                    )
-            self._put_back(engine)
-            batch.done.set_result(None)
-            if not isinstance(exc, Exception):
-                raise
-            return
+            if exc is None:
+                results = engine.finish(rnd)
+        except Exception as error:
+            exc = error
         for entry in batch.entries:
-            if not entry.future.done():
+            if entry.future.done():
+                continue  # its task was cancelled
+            if exc is None:
                 entry.future.set_result(results[entry.first : entry.first + entry.count])
+            else:
+                entry.future.set_exception(
+                    exc if isinstance(exc, Exception) else HiredlockError(repr(exc))
+                )
         self._put_back(engine)
+        self._in_flight.discard(batch)
         batch.done.set_result(None)
 
     def _put_back(self, engine: Any) -> None:
@@ -220,11 +224,11 @@ class AsyncRounds:
 
     async def drain(self) -> None:
         """Waits for every batch queued or in flight to end (each within its timeouts)."""
-        while self._queued or self._batches:
+        while self._queued or self._in_flight:
             if self._queued:
                 await asyncio.sleep(0)  # the flush runs
-            if self._batches:
-                await asyncio.gather(*list(self._batches), return_exceptions=True)
+            if self._in_flight:
+                await asyncio.gather(*[batch.done for batch in self._in_flight])
 
     async def stop_tasks(self) -> None:
         tasks = [task for task in self._tasks if task is not asyncio.current_task()]
