@@ -297,6 +297,24 @@ def _wrap(runner: LoopThread, value: Any) -> Any:
     return known[1]
 
 
+def fence_worker(api: str, engine: str, *args: Any) -> None:
+    """features_support.fence_worker (run in a spawned process) on either API: on "async" the
+    worker's hiredlock.Redlock is the facade of an AsyncRedlock (in that process only)."""
+    from features_support import fence_worker as worker
+
+    import hiredlock
+
+    if api == "sync":
+        worker(engine, *args)
+        return
+    runner = LoopThread()
+    hiredlock.Redlock = functools.partial(AsyncApi, runner)  # type: ignore[misc]
+    try:
+        worker(engine, *args)
+    finally:
+        runner.close()
+
+
 # -- fixtures --------------------------------------------------------------------------------------
 
 

@@ -12,7 +12,8 @@ import multiprocessing
 import time
 
 import pytest
-from features_support import fence_worker, leakcheck_fixture  # noqa: F401  (the leakcheck fixture)
+from apis import fence_worker, pytest_generate_tests  # noqa: F401  (sync and async APIs)
+from features_support import leakcheck_fixture  # noqa: F401  (the leakcheck fixture)
 from support import urls
 
 TTL = 1.0
@@ -20,7 +21,7 @@ MASTER_TIMEOUT = 0.1
 PROCS = 4
 
 
-def run_fence_workers(engine, masters, judge, name, iters_each):
+def run_fence_workers(api, engine, masters, judge, name, iters_each):
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     go = ctx.Event()
@@ -29,6 +30,7 @@ def run_fence_workers(engine, masters, judge, name, iters_each):
         ctx.Process(
             target=fence_worker,
             args=(
+                api,
                 engine,
                 urls(masters),
                 judge.url,
@@ -92,11 +94,11 @@ def check_results(results, expected_total):
 
 @pytest.mark.slow
 def test_fences_increase_in_acquisition_order_across_restarts(
-    engine, masters5, redis_factory, key, leakcheck
+    api, engine, masters5, redis_factory, key, leakcheck
 ):
     (judge,) = redis_factory(1)
     # Phase 1: 4 x 250 holders on five healthy masters.
-    results = run_fence_workers(engine, masters5, judge, key, 250)
+    results = run_fence_workers(api, engine, masters5, judge, key, 250)
     fences1, late1 = check_results(results, 1000)
     judged1 = [int(v) for v in judge.admin().lrange("fences", 0, -1)]
     assert len(judged1) == 1000
@@ -116,7 +118,7 @@ def test_fences_increase_in_acquisition_order_across_restarts(
     restarted.restart()
     assert restarted.admin().dbsize() == 0, "the restarted master is not empty"
 
-    results2 = run_fence_workers(engine, masters5, judge, key, 25)
+    results2 = run_fence_workers(api, engine, masters5, judge, key, 25)
     fences2, late2 = check_results(results2, 100)
     assert min(fences2) > max(fences1), (
         f"a fence after the restart ({min(fences2)}) is not above every earlier one "
