@@ -26,42 +26,28 @@ from .. import _scripts
 from .._aio_driver import start
 from .._errors import HiredlockError
 from .._session import Session
-from .._steps import CLEANUP, PAUSE, SET_NX, Steps, begin_on_engine
+from .._steps import CLEANUP, PAUSE, SCRIPT, SET_NX, Steps, begin_on_engine
 
 MAX_IDLE_ENGINES = 4
 _ACQUIRE_FENCED_SHA = _scripts.ACQUIRE_FENCED.sha
 
 _log = logging.getLogger("hiredlock")
+_running_loop = asyncio.get_running_loop
 
 
 class _Batch:
-    """The requests of one shape that go out together, as one engine round."""
+    """The requests of one shape that go out together, as one engine round: their arguments
+    and their callers' futures (a cancelled caller's future is done: its request is left out)."""
 
-    __slots__ = ("done", "entries", "kind")
+    __slots__ = ("args", "done", "flushed", "futures", "kind", "slices")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, kind: int) -> None:
         self.kind = kind
-        self.entries: list[_Entry] = []
+        self.args: list[tuple] = []
+        self.futures: list[asyncio.Future] = []
+        self.slices: list[tuple[asyncio.Future, int, int]] = []  # (future, first, count)
+        self.flushed = False
         self.done = loop.create_future()  # set when the engine round is over
-
-
-class _Entry:
-    __slots__ = ("args", "batch", "count", "first", "future", "withdrawn")
-
-    def __init__(self, args: tuple, future: asyncio.Future, batch: _Batch) -> None:
-        self.args = args
-        self.future = future
-        self.batch = batch
-        self.first = 0
-        self.count = 0
-        self.withdrawn = False
-
-
-def _shape(kind: int, args: tuple) -> tuple:
-    """Requests of one shape can go out as one engine round."""
-    if kind == SET_NX:
-        return (None, args[2], args[3])  # ttl, timeout
-    return (args[0], args[2], *args[4:])  # sha, numkeys, timeout and flags
 
 
 class AsyncRounds:
@@ -117,11 +103,11 @@ class AsyncRounds:
                     elif kind == CLEANUP:
                         reply = await self._uncancelled(args)
                     else:
-                        entry = self._submit(kind, args)
+                        batch, future = self._submit(kind, args)
                         try:
-                            reply = await entry.future
+                            reply = await future
                         except asyncio.CancelledError:
-                            await self._settle(entry)
+                            await self._settle(batch)
                             raise
                 except BaseException as exc:
                     kind, args = steps.throw(exc)
@@ -130,27 +116,36 @@ class AsyncRounds:
         except StopIteration as stop:
             return stop.value
 
-    def _submit(self, kind: int, args: tuple) -> _Entry:
-        loop = self.loop()
+    def _submit(self, kind: int, args: tuple) -> tuple[_Batch, asyncio.Future]:
+        loop = _running_loop()
+        if loop is not self._loop:
+            loop = self.loop()
         if self._closed:
             raise HiredlockError("this Redlock is closed")
-        if self._session.closed and (kind == SET_NX or args[0] == _ACQUIRE_FENCED_SHA):
-            raise HiredlockError("this Redlock is closed")  # after aclose() only unlocks go out
-        shape = (kind != SET_NX, *_shape(kind, args))
+        if kind == SET_NX:
+            if self._session.closed:
+                raise HiredlockError("this Redlock is closed")  # after aclose() only unlocks
+            shape: tuple = (SET_NX, args[2], args[3])  # ttl, timeout
+        else:
+            if self._session.closed and args[0] == _ACQUIRE_FENCED_SHA:
+                raise HiredlockError("this Redlock is closed")
+            # sha, numkeys, timeout, wait_all, want_values, honour_backoff
+            shape = (SCRIPT, args[0], args[2], args[4], args[5], args[6], args[7])
         batch = self._queued.get(shape)
         if batch is None:
             batch = self._queued[shape] = _Batch(loop, kind)
-        entry = _Entry(args, loop.create_future(), batch)
-        batch.entries.append(entry)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            loop.call_soon(self._flush)
-        return entry
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                loop.call_soon(self._flush)
+        future = loop.create_future()
+        batch.args.append(args)
+        batch.futures.append(future)
+        return batch, future
 
     async def _uncancelled(self, args: tuple) -> Any:
         """A clean-up round (a script): a second cancellation does not stop it (it is bounded by
         the per-master timeout); the first one is what propagates afterwards."""
-        future = self._submit(CLEANUP, args).future
+        _batch, future = self._submit(CLEANUP, args)
         while True:
             try:
                 return await asyncio.shield(future)
@@ -158,13 +153,12 @@ class AsyncRounds:
                 if future.done():
                     return future.result()
 
-    async def _settle(self, entry: _Entry) -> None:
-        """After a cancellation: withdraws a round that has not gone out, or waits until the batch
-        it went out in is over."""
-        if entry.batch in self._queued.values():
-            entry.withdrawn = True
+    async def _settle(self, batch: _Batch) -> None:
+        """After a cancellation: a round that has not gone out never will (the flush leaves out
+        requests whose future is done); otherwise waits until the batch it went out in is over."""
+        if not batch.flushed:
             return
-        done = entry.batch.done
+        done = batch.done
         while not done.done():
             try:
                 await asyncio.shield(done)
@@ -179,16 +173,16 @@ class AsyncRounds:
         self._flush_scheduled = False
         queued, self._queued = self._queued, {}
         for batch in queued.values():
-            entries = [entry for entry in batch.entries if not entry.withdrawn]
-            if not entries:
+            batch.flushed = True
+            args = _merged(batch)
+            if args is None:  # every caller was cancelled before it went out
                 batch.done.set_result(None)
                 continue
-            batch.entries = entries
             self._in_flight.add(batch)
             engine = self._idle.pop() if self._idle else self._session.new_engine()
             self._busy[id(engine)] = engine
             try:
-                rnd = begin_on_engine(engine, batch.kind, _merged(batch.kind, entries))
+                rnd = begin_on_engine(engine, batch.kind, args)
                 start(rnd, self._loop, functools.partial(self._ended, batch, engine, rnd))
             except Exception as exc:
                 self._ended(batch, engine, None, exc)
@@ -200,13 +194,13 @@ class AsyncRounds:
                 results = engine.finish(rnd)
         except Exception as error:
             exc = error
-        for entry in batch.entries:
-            if entry.future.done():
-                continue  # its task was cancelled
+        for future, first, count in batch.slices:
+            if future.done():
+                continue  # its task was cancelled meanwhile
             if exc is None:
-                entry.future.set_result(results[entry.first : entry.first + entry.count])
+                future.set_result(results[first : first + count])
             else:
-                entry.future.set_exception(
+                future.set_exception(
                     exc if isinstance(exc, Exception) else HiredlockError(repr(exc))
                 )
         self._put_back(engine)
@@ -247,29 +241,33 @@ class AsyncRounds:
             engine.close()
 
 
-def _merged(kind: int, entries: list[_Entry]) -> tuple:
-    """The arguments of one round for all the entries' keys; each entry learns where its
-    results are."""
-    if len(entries) == 1:
-        entry = entries[0]
-        entry.count = len(entry.args[0] if kind == SET_NX else entry.args[3])
-        return entry.args
+def _merged(batch: _Batch) -> Optional[tuple]:
+    """The arguments of one engine round for the batch's live requests (None: there are none);
+    batch.slices says where each caller's results will be."""
+    slices = batch.slices
+    live = [(future, args) for future, args in zip(batch.futures, batch.args) if not future.done()]
+    if not live:
+        return None
+    if len(live) == 1:
+        future, args = live[0]
+        slices.append((future, 0, len(args[0] if batch.kind == SET_NX else args[3])))
+        return args
     position = 0
-    first = entries[0].args
-    if kind == SET_NX:
+    first = live[0][1]
+    if batch.kind == SET_NX:
         keys: list[bytes] = []
         tokens: list[bytes] = []
-        for entry in entries:
-            entry.first = position
-            entry.count = len(entry.args[0])
-            position += entry.count
-            keys.extend(entry.args[0])
-            tokens.extend(entry.args[1])
+        for future, args in live:
+            count = len(args[0])
+            slices.append((future, position, count))
+            position += count
+            keys.extend(args[0])
+            tokens.extend(args[1])
         return (keys, tokens, first[2], first[3])
     argvs: list[tuple[bytes, ...]] = []
-    for entry in entries:
-        entry.first = position
-        entry.count = len(entry.args[3])
-        position += entry.count
-        argvs.extend(entry.args[3])
+    for future, args in live:
+        count = len(args[3])
+        slices.append((future, position, count))
+        position += count
+        argvs.extend(args[3])
     return (first[0], first[1], first[2], argvs, *first[4:])
