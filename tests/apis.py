@@ -7,7 +7,8 @@ A test module opts in with
 
 Every test of the module that uses `make_redlock` (or the `api` argument, or `canary_redlock`
 when `canary_redlock_fixture` is imported too) then runs on api "sync" and "async", on both
-engines. `@sync_only("why")` keeps a test on the sync API (fork, threads).
+engines. `@sync_only("why")` keeps a test on the sync API (fork, threads).  A module where only a
+few tests apply imports `api_fixture` instead of pytest_generate_tests and marks them @both_apis.
 
 The facade (AsyncApi):
 * one event loop per test, in its own thread; each thread calling the facade is served by ONE
@@ -44,6 +45,17 @@ def pytest_generate_tests(metafunc):
         return
     apis = ["sync"] if getattr(metafunc.function, "sync_only", None) else APIS
     metafunc.parametrize("api", apis, ids=apis, scope="function")
+
+
+# For a module where only some tests run on both APIs: import `api_fixture` (api "sync" unless
+# parametrised) with make_redlock_fixture, and decorate those tests with @both_apis.
+both_apis = pytest.mark.parametrize("api", APIS, ids=APIS)
+
+
+@pytest.fixture(name="api")
+def api_fixture() -> str:
+    """The sync API, for the tests of a module that are not decorated with @both_apis."""
+    return "sync"
 
 
 def sync_only(reason: str) -> Callable[[Callable], Callable]:

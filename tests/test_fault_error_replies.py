@@ -31,6 +31,7 @@ import tempfile
 import time
 
 import pytest
+from apis import api_fixture, both_apis, make_redlock_fixture  # noqa: F401  (@both_apis tests)
 from faults.masters import Fault
 from faults.proxy import _pdeathsig
 from faults.scenario import Scenario
@@ -192,6 +193,7 @@ def test_noperm_release_and_extend(make_redlock, redis_factory, key):
     release_fails(b, "NOPERM", servers[:2], at_least=2)
 
 
+@both_apis
 def test_noscript_then_noperm(make_redlock, redis_factory, key):
     """EVALSHA allowed, EVAL not, scripts flushed: NOSCRIPT, then the EVAL fallback is refused
     with NOPERM: release fails, typed, with the NOPERM text."""
@@ -381,6 +383,7 @@ def test_busy_script(make_redlock, redis_factory, key):
 # -- NOSCRIPT ------------------------------------------------------------------------------------
 
 
+@both_apis
 def test_noscript_fallback(make_redlock, redis_factory, key):
     """SCRIPT FLUSH between the rounds: extend, release and the fenced acquire fall back to EVAL."""
     servers = redis_factory(3)
