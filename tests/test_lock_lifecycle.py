@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from apis import make_redlock_fixture, pytest_generate_tests, sync_only  # noqa: F401  (both APIs)
 from features_support import MT, pttls
 from support import set_foreign, urls, wait_until
 
@@ -186,6 +187,7 @@ def test_a_wrong_password_on_a_minority_does_not_stop_the_lock(
 # -- the decorator never runs a body unlocked ------------------------------------------------------
 
 
+@sync_only("Redlock.synchronized refuses what AsyncRedlock.synchronized is for (coroutines)")
 def test_synchronized_refuses_coroutine_and_generator_functions(engine, make_redlock, masters5):
     rl = make_redlock(urls(masters5[:3]))
     decorate = rl.synchronized("sync-only", 5)
