@@ -731,7 +731,7 @@ class PythonEngine:
     def __init__(self, masters: Sequence[MasterSpec], quorum_size: Optional[int] = None) -> None:
         self._masters = [_Master(index, spec) for index, spec in enumerate(masters)]
         self._quorum = quorum_size if quorum_size is not None else quorum(len(self._masters))
-        self._generation = _fork.generation()
+        self._generation = _fork.generation
         _resolver.prefetch(
             [(spec.host, spec.port) for spec in masters if spec.path is None and spec.host]
         )
@@ -824,9 +824,9 @@ class PythonEngine:
             now = time.monotonic_ns()
             votes = _Votes(0, len(self._masters), self._quorum, now, want_values)
             return _Round((), kind, commands, evals, sha, votes, now, now, False, False)
-        if self._generation != _fork._generation:  # (an attribute read: cheaper than a call)
+        if self._generation != _fork.generation:  # (an attribute read: cheaper than a call)
             self.close()  # the parent's sockets: closed here, never used
-            self._generation = _fork._generation
+            self._generation = _fork.generation
         masters = self._masters
         for master in masters:
             if master.busy:

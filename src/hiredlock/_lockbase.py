@@ -16,13 +16,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
 from . import _algorithm, _config, _fork, _scripts
 from ._algorithm import won
 from ._config import Duration
 from ._contract import RoundResult
-from ._errors import AlreadyAcquired, LockLost, NotHeld, TooManyExtensions
+from ._errors import AlreadyAcquired, LockLost, NotHeld, QuorumUnreachable, TooManyExtensions
 from ._session import Session, Timing
 from ._steps import CLEANUP, PAUSE, SCRIPT, SET_NX, Steps, script
 from ._tokens import new_token
@@ -61,6 +62,7 @@ class LockBase:
         "_name",
         "_on_lost",
         "_owner",
+        "_registry_ref",
         "_rounds",
         "_session",
         "_timeout_ms",
@@ -68,7 +70,6 @@ class LockBase:
         "_ttl_ms",
         "_unlocked_token",
         "_valid_until_ns",
-        "registry_ref",
     )
 
     _kind = "Lock"
@@ -115,7 +116,7 @@ class LockBase:
         )
         self._fencing = fencing if fencing is False else _config.flag(fencing, "fencing")
         self._mutex = threading.Lock()
-        self._generation = _fork._generation  # the process (see _fork) this state belongs to
+        self._generation = _fork.generation  # the process (see _fork) this state belongs to
         self._token: Optional[bytes] = None
         self._unlocked_token: Optional[bytes] = None  # the last token unlocked after an interrupt
         self._valid_until_ns = 0
@@ -128,7 +129,7 @@ class LockBase:
         self._last_votes: tuple = ()
         self._last_codes: Optional[bytes] = None  # per-master outcomes of the last failed attempt
         self._lost_event: Any = None  # made on first use: see `lost`
-        self.registry_ref: Any = None  # made by Session.hold, once
+        self._registry_ref: Any = None  # this lock's entry in the session's registry, made once
 
     # -- what the API classes provide ------------------------------------------------------------
 
@@ -169,7 +170,7 @@ class LockBase:
     def token(self) -> Optional[str]:
         """This holder's random token (40 hex characters) while acquired, else None."""
         token = self._token
-        if token is None or self._generation != _fork._generation:
+        if token is None or self._generation != _fork.generation:
             return None
         return token.decode()
 
@@ -188,12 +189,12 @@ class LockBase:
     @property
     def fence(self) -> Optional[int]:
         """With fencing=True: a number larger than every earlier holder's, while held."""
-        return self._fence if self._generation == _fork._generation else None
+        return self._fence if self._generation == _fork.generation else None
 
     @property
     def validity(self) -> float:
         """Seconds the lock is still guaranteed to be ours (0.0 when not held or lost)."""
-        if self._token is None or self._lost or self._generation != _fork._generation:
+        if self._token is None or self._lost or self._generation != _fork.generation:
             return 0.0
         return max(0.0, (self._valid_until_ns - time.monotonic_ns()) / 1e9)
 
@@ -213,19 +214,14 @@ class LockBase:
         return self._last_votes
 
     @property
-    def session(self) -> Session:
-        """The client state this lock shares with its Redlock (for hiredlock's own classes)."""
-        return self._session
-
-    @property
     def blocking_timeout(self) -> Optional[float]:
         return self._blocking_timeout
 
     # -- fork ----------------------------------------------------------------------------------
 
-    def held_by_parent(self) -> bool:
+    def _held_by_parent(self) -> bool:
         """True in a forked child for a lock its parent held at the fork (and forgets it here)."""
-        if self._generation == _fork._generation:
+        if self._generation == _fork.generation:
             return False
         held = self._token is not None
         self._this_process()
@@ -235,7 +231,7 @@ class LockBase:
         """In a forked child, the first touch forgets what the parent held: the lock is the
         parent's, and nothing the child does may send anything for it. The mutex is new: a parent
         thread (the watchdog, say) may have held it at the fork, and it would never be let go."""
-        if self._generation == _fork._generation:
+        if self._generation == _fork.generation:
             return
         self._mutex = threading.Lock()
         self._lost_event = None
@@ -244,8 +240,8 @@ class LockBase:
         self._fence = None
         self._valid_until_ns = 0
         self._acquisition += 1
-        self.registry_ref = None
-        self._generation = _fork._generation
+        self._registry_ref = None
+        self._generation = _fork.generation
 
     # -- acquire -------------------------------------------------------------------------------
 
@@ -281,7 +277,7 @@ class LockBase:
             deadline_ns = time.monotonic_ns() + int(wait_ms * 1_000_000)
         elif blocking and self._blocking_timeout is not None:
             deadline_ns = time.monotonic_ns() + int(self._blocking_timeout * 1e9)
-        if self._generation != _fork._generation:
+        if self._generation != _fork.generation:
             self._this_process()
         if self._token is not None:
             if self.validity > 0.0:
@@ -325,8 +321,7 @@ class LockBase:
                     True,  # honour_backoff: the unlock after a failed attempt
                 ),
             )
-            self._last_votes = self._session.votes(failed)
-            self._last_codes = failed[0]
+            self._refused(failed)
             if retrying is None:
                 session = self._session
                 retrying = _algorithm.Retrying(
@@ -393,7 +388,7 @@ class LockBase:
             return None
         return result
 
-    def took(self, token: bytes, start: int, fence: Optional[int] = None) -> None:
+    def _took(self, token: bytes, start: int, fence: Optional[int]) -> None:
         """The lock is ours from `start` (before the first write of the winning round)."""
         with self._mutex:
             self._token = token
@@ -410,26 +405,19 @@ class LockBase:
             acquisition = self._acquisition
         self._last_votes = ()
         self._last_codes = None
-        ref = self.registry_ref
+        ref = self._registry_ref
         if ref is None:
-            self._session.hold(self)  # makes the weak reference, once
-        else:
-            self._session.held[id(self)] = ref
+            ref = self._registry_ref = self._session.registry_entry(self)
+        self._session.held[id(self)] = ref
         if self._auto_renew and not self._start_renewal(
             acquisition, start + self._renew_interval_ns()
         ):
             self._mark_lost(acquisition, "renewal cannot run: the client is closed")
 
-    _took = took
-
-    def refused(self, failed: RoundResult) -> None:
+    def _refused(self, failed: RoundResult) -> None:
         """Keeps the votes of a failed attempt (whoever made it has unlocked every master)."""
         self._last_votes = self._session.votes(failed)
         self._last_codes = failed[0]
-
-    def judge(self, result: RoundResult) -> Optional[RoundResult]:
-        """None when `result` (one round's votes for this lock) is a valid quorum."""
-        return self._refusal(result, result[1])
 
     # -- release -------------------------------------------------------------------------------
 
@@ -439,7 +427,7 @@ class LockBase:
         # token (a signal handler runs at the next call into C), and the unlock must still go out.
         token = self._token
         try:
-            token, lost = self.let_go()
+            token, lost = self._let_go()
             argvs = ((self._key, token),)
             result = (
                 yield (
@@ -454,11 +442,11 @@ class LockBase:
                 yield from self._unlock_steps(token)
             raise
         if lost or result[0].count(_OK) < self._session.quorum:
-            raise self.released(result, lost)
+            raise self._released(result, lost)
 
-    def let_go(self) -> tuple[bytes, bool]:
+    def _let_go(self) -> tuple[bytes, bool]:
         """Forgets the token (no renewal follows); returns it and whether the lock was lost."""
-        if self._generation != _fork._generation:
+        if self._generation != _fork.generation:
             self._this_process()
         with self._mutex:
             token = self._token
@@ -473,9 +461,7 @@ class LockBase:
         self._session.held.pop(id(self), None)
         return token, lost
 
-    _let_go = let_go
-
-    def released(self, result: RoundResult, lost: bool) -> Optional[LockLost]:
+    def _released(self, result: RoundResult, lost: bool) -> Optional[LockLost]:
         """The error for a release round's result, or None when a quorum released."""
         if not lost and result[0].count(_OK) >= self._session.quorum:
             return None
@@ -559,7 +545,7 @@ class LockBase:
         _algorithm.renewal_retry_ns); the lock is marked lost only when a majority said the key
         is not ours any more, or when no renewal can finish in time.
         """
-        if self._generation != _fork._generation:
+        if self._generation != _fork.generation:
             return None  # a parent's renewal: never run in a child
         if acquisition != self._acquisition or self._token is None or self._lost:
             return None
@@ -600,3 +586,82 @@ class LockBase:
     def __repr__(self) -> str:
         state = "held" if self.held else ("lost" if self._lost else "unlocked")
         return f"<hiredlock.{self._kind} {self._name!r} ttl={self.ttl:g}s {state}>"
+
+
+# -- batches: the steps of several locks at once (Redlock and AsyncRedlock call them) -----------
+
+
+def acquire_many_steps(session: Session, locks: Sequence[LockBase], ttl: Any) -> Steps:
+    """One attempt at every lock at once (one round trip per master for the batch); a list with
+    each lock acquired and None for the others, which are unlocked everywhere in one more round.
+    QuorumUnreachable when the masters failed so that no name could have been acquired."""
+    if not locks:
+        return []
+    keys = [lock.key for lock in locks]
+    if len(set(keys)) != len(keys):
+        raise ValueError("names must not repeat in one batch")
+    ttl_ms, timeout_ms, _drift = session.timing(ttl)
+    tokens = [new_token() for _ in locks]
+    start = time.monotonic_ns()
+    results = yield SET_NX, (keys, tokens, ttl_ms, timeout_ms)
+    out: list[Optional[LockBase]] = []
+    unlock: list[tuple[bytes, bytes]] = []
+    unreachable = 0
+    for lock, token, result in zip(locks, tokens, results):
+        failed = lock._refusal(result, result[1])
+        if failed is None:
+            lock._took(token, start, None)
+            out.append(lock)
+            continue
+        lock._refused(failed)
+        unlock.append((lock.key, token))
+        unreachable += _algorithm.quorum_unreachable(result[0], session.quorum)
+        out.append(None)
+    if unlock:
+        yield script(_scripts.RELEASE, 1, unlock, timeout_ms, True, honour_backoff=True)
+    if unreachable == len(locks):
+        raise QuorumUnreachable(
+            f"too many masters failed to answer ({session.quorum} of "
+            f"{len(session.masters)} needed) for any of {len(locks)} names",
+            locks[0].last_votes,
+        )
+    return out
+
+
+def release_many_steps(
+    session: Session, client: str, lock_class: type, batch: Sequence[Any]
+) -> Steps:
+    """Releases every lock in one round trip per master; LockLost after the round if some lock
+    was no longer held by a quorum (naming them all; the votes are the first one's)."""
+    if not batch:
+        return None
+    # Every lock is checked before any lets go: a bad entry must not leave the ones before it
+    # forgotten by their lock objects while their keys stay on the masters.
+    for lock in batch:
+        if not isinstance(lock, lock_class) or lock._session is not session:
+            raise ValueError(f"release_many takes {lock_class.__name__}s of this {client}")
+        if lock.token is None:
+            raise NotHeld(f"lock {lock.name!r} is not held by this {lock_class.__name__} object")
+    if len({id(lock) for lock in batch}) != len(batch):
+        raise ValueError("a lock must not repeat in one batch")
+    let_go = [lock._let_go() for lock in batch]
+    timeout_ms = max(session.timing(lock.ttl)[1] for lock in batch)
+    results = yield script(
+        _scripts.RELEASE,
+        1,
+        [(lock.key, token) for lock, (token, _lost) in zip(batch, let_go)],
+        timeout_ms,
+        True,
+    )
+    errors = [
+        (lock, error)
+        for lock, (_token, lost), result in zip(batch, let_go, results)
+        if (error := lock._released(result, lost)) is not None
+    ]
+    if errors:
+        names = ", ".join(repr(lock.name) for lock, _error in errors)
+        raise LockLost(
+            f"{len(errors)} of {len(batch)} locks were no longer held by a quorum: {names}",
+            errors[0][1].votes,
+        )
+    return None

@@ -38,12 +38,11 @@ class EnginePool:
         self._low_water = 0  # the fewest idle engines since the last trim
         self._next_trim = time.monotonic() + IDLE_LIFETIME_S
         self._closed = False
-        self._generation = _fork.generation()
+        self._generation = _fork.generation
 
     def checkout(self) -> Engine:
-        # _fork._generation, not generation(): an attribute read is cheaper than a call, and
-        # this runs twice a round
-        if self._generation != _fork._generation:
+        # (an attribute read, on every round's path: see _fork)
+        if self._generation != _fork.generation:
             self._after_fork()
         if self._closed:
             raise HiredlockError("this Redlock is closed")
@@ -55,7 +54,7 @@ class EnginePool:
             return engine
 
     def checkin(self, engine: Engine) -> None:
-        if self._closed or self._generation != _fork._generation:
+        if self._closed or self._generation != _fork.generation:
             self._close(engine)
             return
         idle = self._idle
@@ -118,7 +117,7 @@ class EnginePool:
     def _after_fork(self) -> None:
         # The parent's engines hold the parent's sockets: close our copies of them (an engine's
         # close() sends nothing in a child: see the engines) and start afresh.
-        self._generation = _fork.generation()
+        self._generation = _fork.generation
         self._idle = []
         inherited, self._live = self._live, {}
         for engine in inherited.values():

@@ -24,7 +24,8 @@ Timing = tuple[int, float, float]  # ttl in ms, per-master timeout in ms, drift 
 class Session:
     """The masters and options of one client, and the registry of the locks it holds.
 
-    The registry maps id(lock) to a weak reference (each lock makes its own once, see hold()),
+    The registry maps id(lock) to a weak reference (each lock makes its own once, see
+    registry_entry()),
     so that a held lock its caller dropped is neither kept alive nor renewed (its keys expire with
     their ttl). close() releases the others; inspect() recognises their tokens. No mutex for it:
     single dict operations are atomic.
@@ -60,7 +61,7 @@ class Session:
         self.held: dict[int, weakref.ref] = {}
         self.closed = False
         self.mutex = threading.Lock()
-        self.generation = _fork._generation  # the process (see _fork) the state above is of
+        self.generation = _fork.generation  # the process (see _fork) the state above is of
         self._timings: dict[tuple, Timing] = {}
         self._renewer: Optional[Watchdog] = None
 
@@ -126,21 +127,18 @@ class Session:
 
     # -- the locks held ------------------------------------------------------------------------
 
-    def hold(self, lock: Any) -> None:
-        """Registers a lock as held; its weak reference is made once and kept on the lock."""
+    def registry_entry(self, lock: Any) -> weakref.ref:
+        """The weak reference that stands for `lock` in `held` (each lock makes one, once)."""
         key = id(lock)
-        ref = lock.registry_ref
-        if ref is None:
-            registry = self.held
+        registry = self.held
 
-            def forget(dead: weakref.ref, key: int = key) -> None:
-                # The lock was dropped while held. Its id may already name a new lock: only
-                # this reference's own entry goes.
-                if registry.get(key) is dead:
-                    registry.pop(key, None)
+        def forget(dead: weakref.ref) -> None:
+            # The lock was dropped while held. Its id may already name a new lock: only this
+            # reference's own entry goes.
+            if registry.get(key) is dead:
+                registry.pop(key, None)
 
-            ref = lock.registry_ref = weakref.ref(lock, forget)
-        self.held[key] = ref
+        return weakref.ref(lock, forget)
 
     def held_locks(self) -> list[Any]:
         return [lock for ref in list(self.held.values()) if (lock := ref()) is not None]
@@ -155,12 +153,12 @@ class Session:
     def this_process(self) -> bool:
         """In a forked child (True): the parent's held locks are not ours to release or renew,
         and the parent's mutex (which one of its threads may have held) is replaced."""
-        if self.generation == _fork._generation:
+        if self.generation == _fork.generation:
             return False
         self.mutex = threading.Lock()
         self.held = {}
         self._renewer = None
-        self.generation = _fork._generation
+        self.generation = _fork.generation
         return True
 
 

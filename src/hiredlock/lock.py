@@ -41,7 +41,7 @@ class WithStatement:
     def __exit__(self: Any, exc_type: Any, exc: Any, traceback: Any) -> None:
         # (no call before release() unless forked: each call is a point where CPython may run a
         # signal handler, and an interrupt there would skip the release)
-        if self._generation != _fork._generation and self.held_by_parent():
+        if self._generation != _fork.generation and self._held_by_parent():
             return  # forked inside the block: the lock is the parent's, the child sends nothing
         if exc_type is None:
             self.release()

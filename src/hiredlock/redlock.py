@@ -8,7 +8,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Callable, Optional, TypeVar
 
-from . import _batches, _scripts
+from . import _batches, _lockbase, _scripts
 from ._batches import KeyState
 from ._client import ClientBase, NameOrFactory
 from ._config import Duration, MasterLike
@@ -113,7 +113,7 @@ class Redlock(ClientBase):
         _batches.check_names(names)
         self._session.timing(ttl)  # a bad ttl is refused even for an empty batch
         locks = [Lock(self, name, ttl) for name in names]
-        return run(_batches.acquire_many_steps(self._session, locks, ttl), self._session.rounds)
+        return run(_lockbase.acquire_many_steps(self._session, locks, ttl), self._session.rounds)
 
     def release_many(self, locks: Iterable[Lock]) -> None:
         """Releases every lock in one round trip to each master.
@@ -123,7 +123,8 @@ class Redlock(ClientBase):
         """
         batch = list(locks)
         run(
-            _batches.release_many_steps(self._session, "Redlock", Lock, batch), self._session.rounds
+            _lockbase.release_many_steps(self._session, "Redlock", Lock, batch),
+            self._session.rounds,
         )
 
     def rlock(self, name: str | bytes, ttl: Duration, **options: Any) -> RLock:

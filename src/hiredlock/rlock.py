@@ -32,11 +32,11 @@ class RLock(WithStatement):
         self._count = 0
         self._lock: Optional[Lock] = None
         self._last_votes: tuple = ()
-        self._generation = _fork._generation
+        self._generation = _fork.generation
 
-    def held_by_parent(self) -> bool:
+    def _held_by_parent(self) -> bool:
         """True in a forked child for an RLock its parent owned at the fork (forgotten here)."""
-        if self._generation == _fork._generation:
+        if self._generation == _fork.generation:
             return False
         owned = self._owner is not None
         self._this_process()
@@ -45,12 +45,12 @@ class RLock(WithStatement):
     def _this_process(self) -> None:
         """In a forked child the parent's ownership is void, and the gate (which a parent thread
         may have held at the fork) is replaced."""
-        if self._generation != _fork._generation:
+        if self._generation != _fork.generation:
             self._gate = threading.Lock()
             self._owner = None
             self._count = 0
             self._lock = None
-            self._generation = _fork._generation
+            self._generation = _fork.generation
 
     @property
     def name(self) -> str | bytes:
@@ -69,7 +69,7 @@ class RLock(WithStatement):
     @property
     def count(self) -> int:
         """How many times the owning thread acquired it (0 when not owned)."""
-        return self._count if self._generation == _fork._generation else 0
+        return self._count if self._generation == _fork.generation else 0
 
     def acquire(self, blocking: bool = True, timeout: Optional[Duration] = None) -> bool:
         """As Lock.acquire (blocking_timeout bounds it when timeout is None); returns True at once

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Callable, Optional, TypeVar
 
-from .. import _batches, _scripts
+from .. import _batches, _lockbase, _scripts
 from .._batches import KeyState
 from .._client import ClientBase, NameOrFactory
 from .._config import Duration, MasterLike
@@ -89,11 +89,11 @@ class AsyncRedlock(ClientBase):
         _batches.check_names(names)
         self._session.timing(ttl)  # a bad ttl is refused even for an empty batch
         locks = [AsyncLock(self, name, ttl) for name in names]
-        return await self._rounds.run(_batches.acquire_many_steps(self._session, locks, ttl))
+        return await self._rounds.run(_lockbase.acquire_many_steps(self._session, locks, ttl))
 
     async def release_many(self, locks: Iterable[AsyncLock]) -> None:
         """As Redlock.release_many: every lock in one round trip per master."""
-        steps = _batches.release_many_steps(self._session, "AsyncRedlock", AsyncLock, list(locks))
+        steps = _lockbase.release_many_steps(self._session, "AsyncRedlock", AsyncLock, list(locks))
         await self._rounds.run(steps)
 
     async def locked(self, name: str | bytes) -> bool:
