@@ -674,7 +674,7 @@ cdef class NativeEngine:
 
     # -- the two calls of the contract, and the same rounds fed by an event loop ---------------
 
-    def set_nx(self, keys, tokens, long long ttl_ms, double timeout_ms):
+    cpdef object set_nx(self, keys, tokens, long long ttl_ms, double timeout_ms):
         """SET key token NX PX ttl_ms on every master; OK if set, TAKEN if the key exists."""
         if ttl_ms != self.ttl_cached or self.ttl_text is None:
             self.ttl_text = str(ttl_ms).encode()
@@ -688,8 +688,8 @@ cdef class NativeEngine:
         return self._round(KIND_SET, SET_HEAD, (), (keys, tokens), True,
                            (b"NX", b"PX", self.ttl_text), timeout_ms, False, True, False, 0)
 
-    def run_script(self, bytes sha, bytes source, int numkeys, argvs, double timeout_ms,
-                   bint wait_all, bint want_values=False, bint honour_backoff=False):
+    cpdef object run_script(self, bytes sha, bytes source, int numkeys, argvs, double timeout_ms,
+                            bint wait_all, bint want_values=False, bint honour_backoff=False):
         """EVALSHA sha numkeys *argv per item (EVAL source on a connection that has not run the
         script yet, and after NOSCRIPT). OK on a reply > 0."""
         cdef uint32_t bit = self.script_bits.get(sha, 0)
@@ -1757,10 +1757,13 @@ def set_step_kinds(int set_nx, int pause):
 
 
 def run_steps(steps, pool):
-    """Drives a step generator to its end, blocking, on engines from `pool`; see _steps.run."""
+    """Drives a step generator to its end, blocking, on engines from `pool`; see _steps.run.
+    A native engine's rounds are called in C, without a Python call in between."""
     cdef PyObject *sent = NULL
     cdef int status = PyIter_Send(steps, None, &sent)
-    cdef object request, args, engine, reply
+    cdef object request, engine, reply
+    cdef tuple args
+    cdef NativeEngine native
     cdef int kind
     while True:
         request = <object>sent
@@ -1768,15 +1771,23 @@ def run_steps(steps, pool):
         sent = NULL
         if status == PYGEN_RETURN:
             return request
-        kind, args = request
+        kind = (<tuple?>request)[0]
+        args = (<tuple>request)[1] if kind != _PAUSE else None
         try:
             if kind == _PAUSE:
-                _sleep(args)
+                _sleep((<tuple>request)[1])
                 reply = None
             else:
                 engine = pool.checkout()
                 try:
-                    if kind == _SET_NX:
+                    if type(engine) is NativeEngine:
+                        native = <NativeEngine>engine
+                        if kind == _SET_NX:
+                            reply = native.set_nx(args[0], args[1], args[2], args[3])
+                        else:
+                            reply = native.run_script(args[0], args[1], args[2], args[3],
+                                                      args[4], args[5], args[6], args[7])
+                    elif kind == _SET_NX:
                         reply = engine.set_nx(*args)
                     else:
                         reply = engine.run_script(*args)
