@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
@@ -154,7 +155,11 @@ class AsyncRLock(AsyncWithStatement):
         self._make_lock()  # checks the arguments now, before any I/O
         self._name = name
         self._blocking_timeout = options.get("blocking_timeout")
-        self._gate = asyncio.Lock()  # held while some task of this process owns the lock
+        # The local gate: while some task of this process owns the lock, the others wait for
+        # `_free` here, with no network traffic. (An Event, not an asyncio.Lock: waiting for it
+        # under a timeout has no side effect to undo when the timeout and the release cross.)
+        self._free: Optional[asyncio.Event] = None
+        self._gate_held = False
         self._owner: Optional[asyncio.Task] = None
         self._count = 0
         self._lock: Optional[AsyncLock] = None
@@ -196,15 +201,8 @@ class AsyncRLock(AsyncWithStatement):
             timeout = self._blocking_timeout
         wait_s = None if timeout is None else _config.non_negative_seconds(timeout, "timeout")
         start = time.monotonic()
-        if not blocking:
-            if self._gate.locked():
-                return False
-            await self._gate.acquire()
-        else:
-            try:
-                await asyncio.wait_for(self._gate.acquire(), wait_s)
-            except asyncio.TimeoutError:
-                return False
+        if not await self._enter_gate(blocking, wait_s):
+            return False
         try:
             lock = self._make_lock()
             remaining = None if wait_s is None else max(0.0, wait_s - (time.monotonic() - start))
@@ -212,10 +210,10 @@ class AsyncRLock(AsyncWithStatement):
                 await lock.acquire(True, remaining) if blocking else await lock.acquire(False)
             )
         except BaseException:
-            self._gate.release()
+            self._leave_gate()
             raise
         if not acquired:
-            self._gate.release()
+            self._leave_gate()
             self._last_votes = lock.last_votes
             return False
         self._lock = lock
@@ -235,7 +233,35 @@ class AsyncRLock(AsyncWithStatement):
             assert lock is not None
             await lock.release()
         finally:
-            self._gate.release()
+            self._leave_gate()
+
+    async def _enter_gate(self, blocking: bool, wait_s: Optional[float]) -> bool:
+        """Waits until no other task of this process owns the lock (at most wait_s), then takes
+        the gate; False when it stayed held."""
+        loop = asyncio.get_running_loop()
+        deadline = None if wait_s is None else loop.time() + wait_s
+        while self._gate_held:
+            if not blocking:
+                return False
+            if self._free is None:
+                self._free = asyncio.Event()
+            if deadline is None:
+                await self._free.wait()
+                continue
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            with contextlib.suppress(asyncio.TimeoutError):  # the loop tells if it was freed
+                await asyncio.wait_for(self._free.wait(), remaining)
+        self._gate_held = True
+        if self._free is not None:
+            self._free.clear()
+        return True
+
+    def _leave_gate(self) -> None:
+        self._gate_held = False
+        if self._free is not None:
+            self._free.set()
 
     async def extend(self, ttl: Optional[Duration] = None) -> None:
         if self._owner is not asyncio.current_task() or self._lock is None:

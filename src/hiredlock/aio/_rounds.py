@@ -71,8 +71,15 @@ class AsyncRounds:
         if self._loop is not loop:
             if self._loop is not None and not self._loop.is_closed():
                 raise RuntimeError("an AsyncRedlock is used from one event loop: make one per loop")
-            self._loop = loop  # (a closed loop's engines are gone with its batches)
-            self._idle = []
+            # The first loop, or a new one after the last was closed: rounds left in flight on
+            # the closed loop will never end, and their connections owe replies: they go.
+            self._loop = loop
+            busy, self._busy = self._busy, {}
+            for engine in busy.values():
+                engine.close()
+            self._in_flight = set()
+            self._queued = {}
+            self._flush_scheduled = False
         return loop
 
     def spawn(self, coroutine: Any) -> bool:
