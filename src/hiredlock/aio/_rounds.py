@@ -139,12 +139,19 @@ class AsyncRounds:
             # sha, numkeys, timeout, wait_all, want_values, honour_backoff
             shape = (SCRIPT, args[0], args[2], args[4], args[5], args[6], args[7])
         batch = self._queued.get(shape)
+        future = loop.create_future()
         if batch is None:
             batch = self._queued[shape] = _Batch(loop, kind)
-            if not self._flush_scheduled:
+            batch.args.append(args)
+            batch.futures.append(future)
+            if not self._in_flight and len(self._queued) == 1:
+                # Nothing else is going on: this round goes out now. The rounds that follow it
+                # in this loop iteration wait for the end of the iteration, and go together.
+                self._flush()
+            elif not self._flush_scheduled:
                 self._flush_scheduled = True
                 loop.call_soon(self._flush)
-        future = loop.create_future()
+            return batch, future
         batch.args.append(args)
         batch.futures.append(future)
         return batch, future
