@@ -43,6 +43,7 @@ def test_async_param_drives_the_asyncio_api(api, make_redlock, masters5, key):
         assert type(rlock._target) is hiredlock.aio.AsyncRLock
         assert isinstance(lock.lost._target, asyncio.Event)
     assert lock.acquire(blocking=False) is True
+    assert lock.lost.wait(0.01) is False and not lock.lost.is_set()
     lock.release()
     assert_no_key(masters5, key)
 
