@@ -97,9 +97,17 @@ def worker_pool(_worker_pool):
 
 
 @pytest.fixture
-def lab(fault_masters, judge_server, worker_pool):
-    """The five masters reset (healed, empty, no cached script), the judge empty, four workers."""
+def fault_api() -> str:
+    """The API the scenarios' clients use: "sync" here; a module that runs the scenarios on the
+    async API (tests/test_aio_faults.py) overrides this fixture with one returning "async"."""
+    return "sync"
+
+
+@pytest.fixture
+def lab(fault_masters, judge_server, worker_pool, fault_api):
+    """The five masters reset (healed, empty, no cached script), the judge empty, four workers;
+    the scenarios' clients on the `fault_api` API."""
     fault_masters.reset()
     judge_server.admin().flushall()
-    yield Lab(fault_masters, judge_server, worker_pool)
+    yield Lab(fault_masters, judge_server, worker_pool, api=fault_api)
     fault_masters.heal()

@@ -68,6 +68,9 @@ class Lab:
     masters: object
     judge: object  # a RedisServer no fault touches
     pool: object
+    # "sync": hiredlock.Redlock; "async": hiredlock.aio.AsyncRedlock, through tests/apis.py's
+    # facade (its calls run as tasks of an event loop), here and in the worker processes.
+    api: str = "sync"
 
     @property
     def judge_url(self) -> str:
@@ -107,6 +110,7 @@ class Scenario:
         self.t_last_release = time.monotonic_ns()
         self.elapsed = 0.0
         self.redlocks = []
+        self.loop_thread = None  # the event loop of the async API's clients (api "async")
 
     # -- set-up -----------------------------------------------------------------------------
     @property
@@ -114,11 +118,19 @@ class Scenario:
         return self.lab.masters.urls(self.via)
 
     def redlock(self, **kw):
-        from hiredlock import Redlock
-
+        """A client of the scenario's masters on the lab's API (with Redlock's shape)."""
         kw.setdefault("backend", self.engine)
         kw.setdefault("master_timeout", self.master_timeout)
-        rl = Redlock(self.urls, **kw)
+        if self.lab.api == "async":
+            from apis import AsyncApi, LoopThread
+
+            if self.loop_thread is None:
+                self.loop_thread = LoopThread()
+            rl = AsyncApi(self.loop_thread, self.urls, **kw)
+        else:
+            from hiredlock import Redlock
+
+            rl = Redlock(self.urls, **kw)
         self.redlocks.append(rl)
         return rl
 
@@ -134,6 +146,9 @@ class Scenario:
                 rl.close()
             except Exception as e:  # closing must not hide the scenario's own failure
                 self.notes.append(f"close: {e!r}")
+        if self.loop_thread is not None:
+            self.loop_thread.close()
+            self.loop_thread = None
         self.lab.masters.heal()
         self.t_last_release = max(self.t_last_release, time.monotonic_ns())
         self.leaks = leak_scan(self.lab.masters.servers, int(self.ttl * 1000), self.t_last_release)
@@ -212,6 +227,7 @@ class Scenario:
         for i in range(len(pool)):
             cmds.append(
                 {
+                    "api": self.lab.api,
                     "engine": self.engine,
                     "masters": self.urls,
                     "judge": self.lab.judge_url,
@@ -231,6 +247,9 @@ class Scenario:
                 }
             )
         results = pool.contend(cmds, timeout=60 + n_total * (acquire_timeout + 1))
+        client = "AsyncRedlock" if self.lab.api == "async" else "Redlock"
+        wrong = [res["label"] for res in results if res.get("client") != client]
+        self.expect(not wrong, f"workers {wrong} did not contend through a {client}")
         self.add_worker_results(results)
 
     def add_worker_results(self, results) -> None:
@@ -297,7 +316,7 @@ class Scenario:
         v = self.violations()
         lat = self.unc["lat"] + self.cont["lat"]
         parts = [
-            f"[fault] {self.title} engine={self.engine} seed={self.seed}:",
+            f"[fault] {self.title} api={self.lab.api} engine={self.engine} seed={self.seed}:",
             f"acquisitions={self.acquisitions} successes={self.successes}",
         ]
         if self.unc["calls"] and not self.unc["lat"]:
@@ -332,11 +351,12 @@ class Scenario:
 
     def dump(self, reason: str) -> str:
         slug = re.sub(r"[^A-Za-z0-9_.=-]+", "_", self.title)
-        path = os.path.join(dump_dir(), f"{slug}-{self.engine}-{self.seed}.json")
+        path = os.path.join(dump_dir(), f"{slug}-{self.lab.api}-{self.engine}-{self.seed}.json")
         data = {
             "reason": reason,
             "summary": self.summary(),
             "title": self.title,
+            "api": self.lab.api,
             "engine": self.engine,
             "seed": self.seed,
             "fault": str(self.fault),

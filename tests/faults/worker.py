@@ -12,6 +12,9 @@ Commands:
   hold     acquire, enter the critical section, say {"event": "in_cs"}, wait for {"op": "go"}, then
            finish the section (the test SIGSTOPs the worker in between).
   exit
+
+Every command may name the API its client uses: "api": "sync" (hiredlock.Redlock, the default) or
+"async" (hiredlock.aio.AsyncRedlock, driven through tests/apis.py's facade).
 """
 
 from __future__ import annotations
@@ -42,15 +45,31 @@ def _votes(exc) -> str:
 
 
 def _redlock(cmd):
+    """(client, end): the worker's client on the API the command names (key "api"), and what to
+    call after closing it.  "sync" (the default): hiredlock.Redlock, end None.  "async": an
+    AsyncRedlock behind tests/apis.py's facade, whose calls run as tasks of an event loop in a
+    thread of this process; end() stops that loop."""
     import hiredlock
 
-    return hiredlock.Redlock(
-        cmd["masters"],
-        backend=cmd["engine"],
-        master_timeout=cmd.get("master_timeout"),
-        retry_delay=cmd.get("retry_delay", 0.01),
-        retry_count=cmd.get("retry_count", 3),
-    )
+    options = {
+        "backend": cmd["engine"],
+        "master_timeout": cmd.get("master_timeout"),
+        "retry_delay": cmd.get("retry_delay", 0.01),
+        "retry_count": cmd.get("retry_count", 3),
+    }
+    if cmd.get("api", "sync") == "async":
+        from apis import AsyncApi, LoopThread
+
+        runner = LoopThread()
+        return AsyncApi(runner, cmd["masters"], **options), runner.close
+    return hiredlock.Redlock(cmd["masters"], **options), None
+
+
+def _close(rl, end) -> None:
+    with contextlib.suppress(Exception):
+        rl.close()
+    if end is not None:
+        end()
 
 
 def _critical_section(judge, rng, cs_ms, fence, me) -> dict:
@@ -71,13 +90,14 @@ def contend(cmd) -> dict:
     rng = random.Random(cmd.get("seed"))
     me = f"{cmd.get('label', 'w')}:{os.getpid()}"
     judge = Judge(cmd["judge"], cmd["name"])
-    rl = _redlock(cmd)
+    rl, end = _redlock(cmd)
     calls, until_ns = cmd.get("calls"), cmd.get("until_ns")
     timeout = cmd.get("acquire_timeout", 2.0)
     cs_ms = tuple(cmd.get("cs_ms", (1, 5)))
     fencing = bool(cmd.get("fencing"))
     out = {
         "label": me,
+        "client": type(getattr(rl, "_target", rl)).__name__,  # Redlock or AsyncRedlock
         "calls": [],  # [start_ns, duration_ns, outcome]
         "intervals": [],
         "escaped": [],
@@ -150,8 +170,7 @@ def contend(cmd) -> dict:
                 out["escaped"].append(f"release: {exc!r}\n{traceback.format_exc()[-1500:]}")
     finally:
         out["rss"].append([n, _rss_kb()])
-        with contextlib.suppress(Exception):
-            rl.close()
+        _close(rl, end)
         judge.close()
     return out
 
@@ -163,7 +182,7 @@ def hold(cmd) -> dict:
 
     me = f"{cmd.get('label', 'h')}:{os.getpid()}"
     judge = Judge(cmd["judge"], cmd["name"])
-    rl = _redlock(cmd)
+    rl, end = _redlock(cmd)
     out = {"label": me, "escaped": []}
     try:
         lock = rl.lock(cmd["name"], cmd["ttl"], fencing=bool(cmd.get("fencing")))
@@ -203,8 +222,7 @@ def hold(cmd) -> dict:
         except Exception as exc:
             out["escaped"].append(repr(exc))
     finally:
-        with contextlib.suppress(Exception):
-            rl.close()
+        _close(rl, end)
         judge.close()
     return out
 
