@@ -1,18 +1,24 @@
-"""Rounds on the event loop, batched: the asyncio driver of the algorithm's steps.
+"""Rounds on the event loop, batched on one connection per master: the asyncio driver of the
+algorithm's steps.
 
-Every round a task asks for is queued; at the end of the loop iteration (one call_soon) the rounds
-queued meanwhile go out together, one engine round per kind of command (so one write per master
-for all of them), and each task is handed its own slice of the results. The engines' rounds are
-fed by the loop (see hiredlock._aio_driver): no thread, and the native engine's C code parses the
-replies. An engine is used by one batch at a time; the few that batches in flight at once need
-are kept for reuse. No task is made per round: the rounds are begun in the flush and fed by the
-loop's reader, writer and timer callbacks, which hand each caller its results.
+Every round a task asks for is queued, by shape (the command and its timeout and flags). The
+queued rounds of one shape go out together, as one engine round (one write per master for all of
+them), and each task is handed its own slice of the results. An AsyncRedlock has one engine (one
+connection per master), and its batches go out one after another: while one is in flight, the
+rounds asked for meanwhile wait and go together when it ends. A round asked for while nothing is
+queued or in flight goes out at once. The engine's rounds are fed by the loop's reader, writer
+and timer callbacks (see hiredlock._aio_driver): no thread, no task per round, and the native
+engine's C code parses the replies.
 
-Cancellation: a cancelled task whose round has not gone out yet withdraws it (nothing was sent);
-once it went out, the task waits (shielded) for that batch to end before the steps hear of the
-cancellation, so that their unlock can never overtake the command it undoes. Batches are driven by
-the loop's callbacks, never by the caller, so a cancelled caller never cuts a round short and
-never desynchronises a connection.
+One connection per master is what keeps a lock's commands in order on every master: a release
+can never overtake the SET it undoes on a master that is slow or stopped and then runs what it
+had buffered. (Two connections to one master are served in no promised order.)
+
+Cancellation: a cancelled task whose round has not gone out yet is left out of its batch
+(nothing was sent); once it went out, the task waits (shielded) for that batch to end before the
+steps hear of the cancellation, so that their unlock can never overtake the command it undoes.
+Batches are driven by the loop's callbacks, never by the caller, so a cancelled caller never cuts
+a round short and never desynchronises a connection.
 """
 
 from __future__ import annotations
@@ -28,7 +34,6 @@ from .._errors import HiredlockError
 from .._session import Session
 from .._steps import CLEANUP, PAUSE, SCRIPT, SET_NX, Steps, begin_on_engine
 
-MAX_IDLE_ENGINES = 4
 _ACQUIRE_FENCED_SHA = _scripts.ACQUIRE_FENCED.sha
 
 _log = logging.getLogger("hiredlock")
@@ -58,9 +63,8 @@ class AsyncRounds:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._queued: dict[tuple, _Batch] = {}
         self._flush_scheduled = False
-        self._idle: list[Any] = []
-        self._busy: dict[int, Any] = {}  # id(engine) -> engine, for engines in a batch
-        self._in_flight: set[_Batch] = set()
+        self._engine: Any = None  # made on first use
+        self._in_flight: Optional[_Batch] = None
         self._tasks: set[asyncio.Task] = set()  # renewals and on_lost coroutines
         self._closed = False
 
@@ -71,13 +75,13 @@ class AsyncRounds:
         if self._loop is not loop:
             if self._loop is not None and not self._loop.is_closed():
                 raise RuntimeError("an AsyncRedlock is used from one event loop: make one per loop")
-            # The first loop, or a new one after the last was closed: rounds left in flight on
-            # the closed loop will never end, and their connections owe replies: they go.
+            # The first loop, or a new one after the last was closed: a round left in flight on
+            # the closed loop will never end, and its connections owe replies: they go.
             self._loop = loop
-            busy, self._busy = self._busy, {}
-            for engine in busy.values():
-                engine.close()
-            self._in_flight = set()
+            if self._in_flight is not None and self._engine is not None:
+                self._engine.close()
+                self._engine = None
+            self._in_flight = None
             self._queued = {}
             self._flush_scheduled = False
         return loop
@@ -142,16 +146,17 @@ class AsyncRounds:
         future = loop.create_future()
         if batch is None:
             batch = self._queued[shape] = _Batch(loop, kind)
-            batch.args.append(args)
-            batch.futures.append(future)
-            if not self._in_flight and len(self._queued) == 1:
-                # Nothing else is going on: this round goes out now. The rounds that follow it
-                # in this loop iteration wait for the end of the iteration, and go together.
-                self._flush()
-            elif not self._flush_scheduled:
-                self._flush_scheduled = True
-                loop.call_soon(self._flush)
-            return batch, future
+            if self._in_flight is None:
+                if len(self._queued) == 1:
+                    # Nothing else is going on: this round goes out now. The rounds asked for
+                    # after it go together when it ends.
+                    batch.args.append(args)
+                    batch.futures.append(future)
+                    self._flush()
+                    return batch, future
+                if not self._flush_scheduled:
+                    self._flush_scheduled = True
+                    loop.call_soon(self._flush)
         batch.args.append(args)
         batch.futures.append(future)
         return batch, future
@@ -182,19 +187,22 @@ class AsyncRounds:
     # -- batches -------------------------------------------------------------------------------
 
     def _flush(self) -> None:
-        """Sends the rounds queued in this loop iteration: one engine round per shape, begun
-        here (its commands are written now) and fed by the loop's callbacks."""
+        """Sends the oldest queued batch, unless one is in flight (its end sends the next): one
+        engine round, begun here (its commands are written now) and fed by the loop's
+        callbacks."""
         self._flush_scheduled = False
-        queued, self._queued = self._queued, {}
-        for batch in queued.values():
+        while self._queued and self._in_flight is None:
+            shape = next(iter(self._queued))
+            batch = self._queued.pop(shape)
             batch.flushed = True
             args = _merged(batch)
             if args is None:  # every caller was cancelled before it went out
                 batch.done.set_result(None)
                 continue
-            self._in_flight.add(batch)
-            engine = self._idle.pop() if self._idle else self._session.new_engine()
-            self._busy[id(engine)] = engine
+            if self._engine is None:
+                self._engine = self._session.new_engine()
+            engine = self._engine
+            self._in_flight = batch
             try:
                 rnd = begin_on_engine(engine, batch.kind, args)
                 start(rnd, self._loop, functools.partial(self._ended, batch, engine, rnd))
@@ -202,7 +210,8 @@ class AsyncRounds:
                 self._ended(batch, engine, None, exc)
 
     def _ended(self, batch: _Batch, engine: Any, rnd: Any, exc: Optional[BaseException]) -> None:
-        """A batch's round is over: each caller gets its slice of the results (or the error)."""
+        """A batch's round is over: each caller gets its slice of the results (or the error),
+        and the next batch goes out."""
         try:
             if exc is None:
                 results = engine.finish(rnd)
@@ -217,26 +226,20 @@ class AsyncRounds:
                 future.set_exception(
                     exc if isinstance(exc, Exception) else HiredlockError(repr(exc))
                 )
-        self._put_back(engine)
-        self._in_flight.discard(batch)
+        self._in_flight = None
         batch.done.set_result(None)
-
-    def _put_back(self, engine: Any) -> None:
-        self._busy.pop(id(engine), None)
-        if self._closed or len(self._idle) >= MAX_IDLE_ENGINES:
-            engine.close()
-        else:
-            self._idle.append(engine)
+        if self._queued and not self._closed:
+            self._flush()
 
     # -- closing -------------------------------------------------------------------------------
 
     async def drain(self) -> None:
         """Waits for every batch queued or in flight to end (each within its timeouts)."""
-        while self._queued or self._in_flight:
-            if self._queued:
-                await asyncio.sleep(0)  # the flush runs
-            if self._in_flight:
-                await asyncio.gather(*[batch.done for batch in self._in_flight])
+        while self._queued or self._in_flight is not None:
+            if self._in_flight is not None:
+                await self._in_flight.done
+            else:
+                await asyncio.sleep(0)  # the scheduled flush runs
 
     async def stop_tasks(self) -> None:
         tasks = [task for task in self._tasks if task is not asyncio.current_task()]
@@ -246,12 +249,10 @@ class AsyncRounds:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     def close(self) -> None:
-        """Closes every engine (after drain(): none is in a batch any more)."""
+        """Closes the connections (after drain(): no batch is in flight any more)."""
         self._closed = True
-        engines = self._idle + list(self._busy.values())
-        self._idle = []
-        self._busy = {}
-        for engine in engines:
+        engine, self._engine = self._engine, None
+        if engine is not None:
             engine.close()
 
 
