@@ -8,9 +8,10 @@ fenced register, leak scan, untyped exceptions) are the same by construction.  W
 the API, through two fixtures this module overrides:
 
 * `fault_api` (faults.plugin) = "async": Scenario.redlock() hands out an AsyncRedlock behind
-  tests/apis.py's facade (its calls run as tasks of an event loop; the slow-quorum tests' 10
-  threads become 10 tasks sharing one AsyncRedlock, so their rounds go out batched), and the
+  tests/apis.py's facade (its calls run as tasks of an asyncio event loop; the slow-quorum tests'
+  10 threads become 10 tasks sharing one AsyncRedlock, so their rounds go out batched), and the
   contending worker processes build theirs the same way (faults.worker, "api": "async");
+* `fault_worker_loop` (faults.plugin) = "uvloop": those workers' loops are uvloop's;
 * `api` (tests/apis.py) = "async": the error-reply tests' `make_redlock` builds AsyncRedlocks.
 
 Not repeated here: the error-reply tests that already run on both APIs in their own module
@@ -57,6 +58,13 @@ def fault_api() -> str:
 
 
 @pytest.fixture
+def fault_worker_loop() -> str:
+    """The contending worker processes run their AsyncRedlocks on uvloop (the test process's
+    clients on asyncio): both loops meet every scenario without running the tier twice."""
+    return "uvloop"
+
+
+@pytest.fixture
 def api() -> str:
     """`make_redlock` (tests/apis.py) builds AsyncRedlocks."""
     return "async"
@@ -69,7 +77,7 @@ def test_every_client_here_is_async(lab, make_redlock, fault_masters):
 
     from hiredlock.aio import AsyncRedlock
 
-    assert lab.api == "async"
+    assert lab.api == "async" and lab.worker_loop == "uvloop"
     scn = Scenario("api check", "python", lab)
     with scn:
         assert isinstance(scn.redlock(), AsyncApi)

@@ -104,10 +104,19 @@ def fault_api() -> str:
 
 
 @pytest.fixture
-def lab(fault_masters, judge_server, worker_pool, fault_api):
+def fault_worker_loop() -> str:
+    """The event loop of the worker processes' clients on the async API: "asyncio" here; a
+    module may override it with one returning "uvloop"."""
+    return "asyncio"
+
+
+@pytest.fixture
+def lab(fault_masters, judge_server, worker_pool, fault_api, fault_worker_loop):
     """The five masters reset (healed, empty, no cached script), the judge empty, four workers;
-    the scenarios' clients on the `fault_api` API."""
+    the scenarios' clients on the `fault_api` API (the workers' on a `fault_worker_loop` loop)."""
     fault_masters.reset()
     judge_server.admin().flushall()
-    yield Lab(fault_masters, judge_server, worker_pool, api=fault_api)
+    yield Lab(
+        fault_masters, judge_server, worker_pool, api=fault_api, worker_loop=fault_worker_loop
+    )
     fault_masters.heal()

@@ -71,6 +71,9 @@ class Lab:
     # "sync": hiredlock.Redlock; "async": hiredlock.aio.AsyncRedlock, through tests/apis.py's
     # facade (its calls run as tasks of an event loop), here and in the worker processes.
     api: str = "sync"
+    # The event loop of the worker processes' AsyncRedlocks ("asyncio" or "uvloop"); the test
+    # process's clients run on asyncio's.
+    worker_loop: str = "asyncio"
 
     @property
     def judge_url(self) -> str:
@@ -228,6 +231,7 @@ class Scenario:
             cmds.append(
                 {
                     "api": self.lab.api,
+                    "loop": self.lab.worker_loop,
                     "engine": self.engine,
                     "masters": self.urls,
                     "judge": self.lab.judge_url,
@@ -250,6 +254,12 @@ class Scenario:
         client = "AsyncRedlock" if self.lab.api == "async" else "Redlock"
         wrong = [res["label"] for res in results if res.get("client") != client]
         self.expect(not wrong, f"workers {wrong} did not contend through a {client}")
+        if self.lab.api == "async":
+            loops = [(res.get("loop") or "").split(".")[0] for res in results]
+            self.expect(
+                all(loop == self.lab.worker_loop for loop in loops),
+                f"the workers' event loops were {loops}, not {self.lab.worker_loop}",
+            )
         self.add_worker_results(results)
 
     def add_worker_results(self, results) -> None:

@@ -14,7 +14,8 @@ Commands:
   exit
 
 Every command may name the API its client uses: "api": "sync" (hiredlock.Redlock, the default) or
-"async" (hiredlock.aio.AsyncRedlock, driven through tests/apis.py's facade).
+"async" (hiredlock.aio.AsyncRedlock, driven through tests/apis.py's facade), and for "async" the
+event loop: "loop": "asyncio" (the default) or "uvloop".
 """
 
 from __future__ import annotations
@@ -60,9 +61,26 @@ def _redlock(cmd):
     if cmd.get("api", "sync") == "async":
         from apis import AsyncApi, LoopThread
 
-        runner = LoopThread()
+        runner = _loop_thread(LoopThread, cmd.get("loop", "asyncio"))
         return AsyncApi(runner, cmd["masters"], **options), runner.close
     return hiredlock.Redlock(cmd["masters"], **options), None
+
+
+def _loop_thread(loop_thread_class, loop: str):
+    """A tests/apis.py LoopThread whose event loop is asyncio's or uvloop's (`loop`): its loop is
+    made with asyncio.new_event_loop(), which follows the event loop policy of the moment."""
+    if loop == "asyncio":
+        return loop_thread_class()
+    import asyncio
+
+    import uvloop
+
+    previous = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    try:
+        return loop_thread_class()
+    finally:
+        asyncio.set_event_loop_policy(previous)
 
 
 def _close(rl, end) -> None:
@@ -98,6 +116,8 @@ def contend(cmd) -> dict:
     out = {
         "label": me,
         "client": type(getattr(rl, "_target", rl)).__name__,  # Redlock or AsyncRedlock
+        # the module of its event loop's class (asyncio... or uvloop), or None for Redlock
+        "loop": type(rl._runner.loop).__module__ if hasattr(rl, "_runner") else None,
         "calls": [],  # [start_ns, duration_ns, outcome]
         "intervals": [],
         "escaped": [],
