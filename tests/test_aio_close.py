@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import pytest
 from aio_support import run_async  # noqa: F401  (the fixture)
 from support import assert_no_key, urls, wait_until
 
@@ -27,7 +28,11 @@ BURST = 40
 TTL = 30.0  # long: a key left behind is seen, not hidden by its expiry
 
 
-def test_aclose_with_rounds_in_flight(engine, masters5, key, run_async):  # noqa: F811
+@pytest.mark.parametrize("last_master", ["running", "stopped"])
+def test_aclose_with_rounds_in_flight(engine, masters5, key, run_async, last_master):  # noqa: F811
+    """last_master "stopped": the fifth master is SIGSTOPped once the holders hold, so that the
+    contenders', the burst's and aclose()'s own rounds wait for it (up to master_timeout) while
+    aclose() runs; it is resumed afterwards, and must then hold nothing either."""
     threads_before = threading.active_count()
     clients_before = [len(srv.foreign_clients()) for srv in masters5]
     held_names = [f"{key}:held:{i}" for i in range(HOLDERS)]
@@ -59,10 +64,12 @@ def test_aclose_with_rounds_in_flight(engine, masters5, key, run_async):  # noqa
 
         holder_tasks = [asyncio.create_task(hold(i, n)) for i, n in enumerate(held_names)]
         await holders_in.wait()
+        opened = [len(srv.foreign_clients()) for srv in masters5]
+        if last_master == "stopped":
+            masters5[-1].stop()
         contender_tasks = [asyncio.create_task(contend()) for _ in range(CONTENDERS)]
         await asyncio.sleep(0)  # the contenders' first attempts are queued ...
         await asyncio.sleep(0)  # ... and sent
-        opened = [len(srv.foreign_clients()) for srv in masters5]
         burst = [rl.lock(name, TTL) for name in burst_names]
         burst_tasks = [asyncio.create_task(lock.acquire(blocking=False)) for lock in burst]
         await asyncio.sleep(0)  # the burst's requests are queued, their batch not yet flushed
@@ -84,7 +91,11 @@ def test_aclose_with_rounds_in_flight(engine, masters5, key, run_async):  # noqa
             "closed": rl.closed,
         }
 
-    out = run_async(main())
+    try:
+        out = run_async(main())
+    finally:
+        if masters5[-1].stopped:
+            masters5[-1].cont()  # returns once it has run everything it had buffered
     assert out["closed"] is True
     assert not out["library_tasks"], f"tasks left running after aclose(): {out['library_tasks']}"
     assert out["threads_inside"] == threads_before, "the async API started a thread"
