@@ -194,3 +194,64 @@ def test_interrupted_operations_leave_nothing(engine, masters5, key, run_async):
     # The interruptions did land inside each kind of operation (not only after it ended).
     counts = {op: interrupted_ops.count(op) for op in ("acquire", "release", "extend")}
     assert all(counts.values()), f"operations cut short by the interruption: {counts}"
+
+
+BATCH = 30
+
+
+def test_cancelled_callers_of_one_batch(engine, masters5, key, run_async):  # noqa: F811
+    """BATCH tasks ask for their own names in one loop iteration (one batch); a third of them are
+    cancelled in that same iteration (before their request can go out), a third one iteration
+    later (their request is out).  The cancelled hold nothing and leave no key; every survivor
+    got its own slice of the batch's results: it holds its lock, with its own token on every
+    master, and the next batch of the same client is answered right."""
+    names = [f"{key}:{i}" for i in range(BATCH)]
+
+    async def main() -> dict:
+        async with AsyncRedlock(urls(masters5), backend=engine) as rl:
+            locks = [rl.lock(name, TTL) for name in names]
+            tasks = [asyncio.create_task(lock.acquire(blocking=False)) for lock in locks]
+            await asyncio.sleep(0)  # every task has asked for its round
+            for task in tasks[0::3]:
+                task.cancel()
+            await asyncio.sleep(0)
+            for task in tasks[1::3]:
+                task.cancel()
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+            held = [lock.held for lock in locks]
+            tokens = [lock.token for lock in locks]
+            survivors = [lock for lock, o in zip(locks, outcomes) if o is True]
+            after = {}  # what the masters hold while the survivors hold their locks
+            for lock, outcome in zip(locks, outcomes):
+                if outcome is True:
+                    after[lock.name] = values(masters5, lock.name)
+                else:  # (polled: an unlock to a master beyond the quorum may be on its way)
+                    after[lock.name] = nothing_of_ours(masters5, lock.name)
+            states = [await rl.inspect(lock.name) for lock in survivors]
+            await rl.release_many(survivors)
+            return {
+                "outcomes": outcomes,
+                "held": held,
+                "tokens": tokens,
+                "after": after,
+                "states": states,
+            }
+
+    out = run_async(main())
+    outcomes = out["outcomes"]
+    assert all(o is True or isinstance(o, asyncio.CancelledError) for o in outcomes), outcomes
+    assert all(o is True for o in outcomes[2::3]), "a task that was not cancelled failed"
+    cancelled = [i for i, o in enumerate(outcomes) if o is not True]
+    assert set(range(0, BATCH, 3)) <= set(cancelled), "a task cancelled before its round acquired"
+    for i, name in enumerate(names):
+        vals = values(masters5, name)
+        if i in cancelled:
+            assert not out["held"][i] and out["tokens"][i] is None
+            assert out["after"][name] == [None] * 5, f"{name} (cancelled): {out['after'][name]}"
+        else:
+            assert out["held"][i], name
+            expected = [out["tokens"][i].encode()] * 5
+            assert out["after"][name] == expected, f"{name}: {out['after'][name]} != its token"
+        assert vals == [None] * 5, f"{name} left after the survivors' release: {vals}"
+    for states in out["states"]:
+        assert all(s.outcome == Outcome.OK and s.exists and s.ours for s in states), states
