@@ -6,7 +6,8 @@ the oracles on a judge server, then releasing it.
 
 The config names the masters, engine, event loop ("asyncio" or "uvloop"), lock name, ttl,
 retry_delay, number of tasks, judge url, start time (CLOCK_MONOTONIC ns: the processes start
-together) and the file where the results go (JSON):
+together) and the file where the results go (JSON).  "use_lock": false runs the sections without
+the lock (the negative control of the oracles).  Results:
     acquired      how many tasks' acquire returned True
     overlaps      critical sections that found another one in progress (occupancy INCR > 1)
     intervals     [name, token, holder, acquired_at, valid_until, released_at] per section, for
@@ -42,6 +43,9 @@ async def contend(cfg: dict) -> dict:
 
         async def one(i: int) -> None:
             lock = rl.lock(cfg["name"], cfg["ttl"])
+            if not cfg.get("use_lock", True):  # the negative control: sections without the lock
+                await unlocked_section()
+                return
             if not await lock.acquire(blocking=True):
                 out["errors"].append(f"task {i}: acquire returned False")
                 return
@@ -58,6 +62,13 @@ async def contend(cfg: dict) -> dict:
                 [cfg["name"], lock.token, f"{me}:{i}", acquired_at, valid_until, released_at]
             )
             await lock.release()
+
+        async def unlocked_section() -> None:
+            if await judge.incr(occupancy) != 1:
+                out["overlaps"] += 1
+            value = int(await judge.get(counter) or 0)
+            await judge.set(counter, value + 1)
+            await judge.decr(occupancy)
 
         delay = (cfg["start_at_ns"] - time.monotonic_ns()) / 1e9
         if delay > 0:

@@ -36,20 +36,15 @@ RETRY_DELAY = 0.02
 TIMEOUT = 120 + EXTRA_SLACK  # both processes end well within it; past it they are stuck
 
 
-def test_thousand_tasks_one_name_two_processes(engine, masters5, redis_factory, key, tmp_path):
-    (judge,) = redis_factory(1)
-    start_at = time.monotonic_ns() + 1_500_000_000  # both processes have imported by then
+def run_workers(tmp_path, loops, **config) -> list[dict]:
+    """One aio_contention_worker process per loop kind in `loops`, started together with the
+    same config; their results, in that order."""
+    start_at = time.monotonic_ns() + 1_500_000_000  # every process has imported by then
     procs, results = [], []
-    for i, loop in enumerate(LOOPS):
+    for i, loop in enumerate(loops):
         cfg = {
-            "masters": urls(masters5),
-            "engine": engine,
+            **config,
             "loop": loop,
-            "name": key,
-            "ttl": TTL,
-            "retry_delay": RETRY_DELAY,
-            "tasks": TASKS_PER_PROCESS,
-            "judge": judge.url,
             "start_at_ns": start_at,
             "label": f"p{i}-{loop}",
             "results": str(tmp_path / f"p{i}.json"),
@@ -72,10 +67,25 @@ def test_thousand_tasks_one_name_two_processes(engine, masters5, redis_factory, 
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    for i in range(len(LOOPS)):
+    for i in range(len(loops)):
         with open(tmp_path / f"p{i}.json") as f:
             results.append(json.load(f))
+    return results
 
+
+def test_thousand_tasks_one_name_two_processes(engine, masters5, redis_factory, key, tmp_path):
+    (judge,) = redis_factory(1)
+    results = run_workers(
+        tmp_path,
+        LOOPS,
+        masters=urls(masters5),
+        engine=engine,
+        name=key,
+        ttl=TTL,
+        retry_delay=RETRY_DELAY,
+        tasks=TASKS_PER_PROCESS,
+        judge=judge.url,
+    )
     assert [r["loop"].split(".")[0] for r in results] == list(LOOPS)
     for r in results:
         assert r["errors"] == [], r["errors"][:5]
@@ -90,3 +100,25 @@ def test_thousand_tasks_one_name_two_processes(engine, masters5, redis_factory, 
     overlapping = interval_violations(intervals)
     assert not overlapping, f"{len(overlapping)} overlapping holders, e.g. {overlapping[:2]}"
     assert_no_key(masters5, key)
+
+
+def test_the_oracles_see_sections_run_without_the_lock(masters5, redis_factory, key, tmp_path):
+    """The negative control: the same workers with the lock left out (50 tasks in each process)
+    are caught by the occupancy oracle and the lost-update counter."""
+    (judge,) = redis_factory(1)
+    tasks = 50
+    results = run_workers(
+        tmp_path,
+        LOOPS,
+        masters=urls(masters5),
+        engine="python",
+        name=key,
+        ttl=TTL,
+        retry_delay=RETRY_DELAY,
+        tasks=tasks,
+        judge=judge.url,
+        use_lock=False,
+    )
+    assert all(r["errors"] == [] for r in results), results
+    assert sum(r["overlaps"] for r in results) > 0
+    assert int(judge.admin().get(key + ":counter")) < tasks * len(LOOPS)
