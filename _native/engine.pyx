@@ -651,6 +651,17 @@ cdef class NativeEngine:
         self._close_all()
         self.closed = True
 
+    cpdef bint owes_replies(self):
+        """True when a master still owes replies to a round that ended, or has bytes of one not
+        written yet: commands of that round may still run there, after this moment."""
+        cdef int i
+        cdef Master *m
+        for i in range(self.n):
+            m = &self.masters[i]
+            if m.ctx != NULL and (m.stale > 0 or m.redo_head != NULL or m.want_write):
+                return True
+        return False
+
     cdef void _close_all(self) noexcept:
         cdef int i
         cdef Master *m
@@ -1756,15 +1767,17 @@ def set_step_kinds(int set_nx, int pause):
     _PAUSE = pause
 
 
-def run_steps(steps, pool):
-    """Drives a step generator to its end, blocking, on engines from `pool`; see _steps.run.
-    A native engine's rounds are called in C, without a Python call in between."""
+def run_steps(steps, pool, list pin=None):
+    """Drives a step generator to its end, blocking, on engines from `pool`; see
+    _steps.run_python (pin included). A native engine's rounds are called in C, without a Python
+    call in between."""
     cdef PyObject *sent = NULL
     cdef int status = PyIter_Send(steps, None, &sent)
     cdef object request, engine, reply
     cdef tuple args
     cdef NativeEngine native
     cdef int kind
+    cdef bint owes
     while True:
         request = <object>sent
         Py_DECREF(sent)
@@ -1778,7 +1791,10 @@ def run_steps(steps, pool):
                 _sleep((<tuple>request)[1])
                 reply = None
             else:
-                engine = pool.checkout()
+                if pin is None or pin[0] is None:
+                    engine = pool.checkout()
+                else:  # wait for it about a round: this one's timeout
+                    engine = pool.checkout(pin[0], args[3] if kind == _SET_NX else args[4])
                 try:
                     if type(engine) is NativeEngine:
                         native = <NativeEngine>engine
@@ -1792,6 +1808,12 @@ def run_steps(steps, pool):
                     else:
                         reply = engine.run_script(*args)
                 finally:
+                    if pin is not None:
+                        if type(engine) is NativeEngine:
+                            owes = (<NativeEngine>engine).owes_replies()
+                        else:
+                            owes = engine.owes_replies()
+                        pin[0] = engine if owes else None
                     pool.checkin(engine)
         except BaseException as exc:
             try:

@@ -84,4 +84,11 @@ class Engine(Protocol):
         """
         ...
 
+    def owes_replies(self) -> bool:
+        """True when commands of a round that ended may still run on a master after this moment
+        (replies still owed, or bytes not written yet). A later command on the same keys must
+        then go out on this engine's connections, behind them: two connections to one master
+        are served in no promised order (a release could overtake its SET)."""
+        ...
+
     def close(self) -> None: ...

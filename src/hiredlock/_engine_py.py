@@ -801,6 +801,14 @@ class PythonEngine:
         rnd.end()
         return rnd.votes.results(rnd.ended_ns)
 
+    def owes_replies(self) -> bool:
+        """True when a master still owes replies to a round that ended, or has bytes of one not
+        written yet: commands of that round may still run there, after this moment."""
+        for master in self._masters:  # noqa: SIM110 (a loop: any() and a generator cost more here)
+            if master.owed or master.unsent is not None:
+                return True
+        return False
+
     def close(self) -> None:
         """Closes every connection (in a forked child too: closing sends nothing, see drop)."""
         for master in self._masters:

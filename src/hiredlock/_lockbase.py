@@ -62,6 +62,7 @@ class LockBase:
         "_name",
         "_on_lost",
         "_owner",
+        "_pin",
         "_registry_ref",
         "_rounds",
         "_session",
@@ -130,6 +131,9 @@ class LockBase:
         self._last_codes: Optional[bytes] = None  # per-master outcomes of the last failed attempt
         self._lost_event: Any = None  # made on first use: see `lost`
         self._registry_ref: Any = None  # this lock's entry in the session's registry, made once
+        # The engine this lock's next rounds must use, when its last one left commands behind on
+        # a master (see _steps.run_python): a one-item list, shared by a batch's locks.
+        self._pin: list = [None]
 
     # -- what the API classes provide ------------------------------------------------------------
 
@@ -241,6 +245,7 @@ class LockBase:
         self._valid_until_ns = 0
         self._acquisition += 1
         self._registry_ref = None
+        self._pin = [None]  # the parent's engine: its connections are not the child's
         self._generation = _fork.generation
 
     # -- acquire -------------------------------------------------------------------------------
@@ -589,6 +594,19 @@ class LockBase:
 
 
 # -- batches: the steps of several locks at once (Redlock and AsyncRedlock call them) -----------
+
+
+def share_pin(locks: Sequence[LockBase]) -> list:
+    """One pin (see LockBase._pin) for the locks of a batch, which go out together."""
+    pin: list = [None]
+    for lock in locks:
+        lock._pin = pin
+    return pin
+
+
+def pin_of(locks: Sequence[Any]) -> Optional[list]:
+    """The pin a batch of locks goes out with: the first one's."""
+    return locks[0]._pin if locks and isinstance(locks[0], LockBase) else None
 
 
 def acquire_many_steps(session: Session, locks: Sequence[LockBase], ttl: Any) -> Steps:

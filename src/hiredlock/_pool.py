@@ -1,26 +1,36 @@
-"""A small pool of engines, so that threads never share a connection and never wait for one.
+"""A small pool of engines, so that threads never share a connection, and wait for one only when a
+lock's commands must follow its earlier ones (below).
 
 Each thread that calls into a Redlock at the same moment gets an engine (one connection per
 master) of its own; engines come back for reuse when the call ends. After a burst of threads the
 pool gives the connections back:
 
-- at most MAX_IDLE engines are kept idle; one coming back past that is closed at once;
+- at most MAX_IDLE engines are kept idle; one coming back past that is closed at once, unless
+  it owes replies (a lock's next rounds must go out on it: see below);
 - every IDLE_LIFETIME_S, the idle engines that no call needed during that whole period (the low
   point of the idle list) are closed, down to one. This is checked when engines come back, so an
   application that stops calling keeps at most MAX_IDLE engines until its next call or close().
 
-It takes no lock of its own: list.append and list.pop are atomic, and this is on every round's
-path. close() and a concurrent checkin() are ordered by re-checking `closed` after the append.
+It takes no lock of its own on the common path: list.append and list.pop are atomic, and this is
+on every round's path. close() and a concurrent checkin() are ordered by re-checking `closed`
+after the append.
+
+A caller may ask for one engine in particular (see the engine contract's owes_replies: a lock
+whose last round left commands behind on a master must send its next ones behind them, on the
+same connections). That engine is taken from the idle list, or waited for while another thread
+uses it (for about one round at most); a closed one is not waited for.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 from . import _fork
 from ._contract import Engine
 from ._errors import HiredlockError
+from ._scripts import CONNECT_TIMEOUT_MIN_MS
 
 MAX_IDLE = 4
 IDLE_LIFETIME_S = 30.0
@@ -39,19 +49,49 @@ class EnginePool:
         self._next_trim = time.monotonic() + IDLE_LIFETIME_S
         self._closed = False
         self._generation = _fork.generation
+        self._returned = threading.Condition(threading.Lock())  # for callers waiting for one
+        self._waiting = 0
 
-    def checkout(self) -> Engine:
+    def checkout(self, prefer: Optional[Engine] = None, wait_ms: float = 0.0) -> Engine:
         # (an attribute read, on every round's path: see _fork)
         if self._generation != _fork.generation:
             self._after_fork()
         if self._closed:
             raise HiredlockError("this Redlock is closed")
+        if prefer is not None and self._take(prefer, wait_ms):
+            return prefer
         try:
             return self._idle.pop()
         except IndexError:
             engine = self._factory()
             self._live[id(engine)] = engine
             return engine
+
+    def _take(self, engine: Engine, wait_ms: float) -> bool:
+        """Takes `engine` from the idle list, waiting while another thread uses it (at most
+        wait_ms plus the connect allowance: a round's length); False when it was closed (trimmed,
+        or in a forked child's fresh start), or did not come back in that time (a thread
+        interrupted between its checkout and its round never gives it back)."""
+        idle = self._idle
+        deadline = time.monotonic() + (wait_ms + CONNECT_TIMEOUT_MIN_MS) / 1000.0
+        while True:
+            try:
+                idle.remove(engine)  # (atomic: no other thread can take it meanwhile)
+                return True
+            except ValueError:
+                pass
+            if self._live.get(id(engine)) is not engine or self._closed:
+                return False
+            if time.monotonic() > deadline:
+                return False
+            with self._returned:
+                self._waiting += 1
+                try:
+                    # (notified at checkin; the timeout covers a checkin that came between the
+                    # look at the idle list and this wait)
+                    self._returned.wait(0.005)
+                finally:
+                    self._waiting -= 1
 
     def checkin(self, engine: Engine) -> None:
         if self._closed or self._generation != _fork.generation:
@@ -67,6 +107,9 @@ class EnginePool:
             idle.append(engine)
         if self._closed:  # close() ran meanwhile and may have missed this engine
             self._close_idle()
+        if self._waiting:  # a caller may be waiting for this one
+            with self._returned:
+                self._returned.notify_all()
 
     def _beside_others(self, engine: Engine) -> None:
         """Checks in an engine while others are idle: closes it past MAX_IDLE, keeps the low
@@ -75,8 +118,8 @@ class EnginePool:
         count = len(idle)
         if count < self._low_water:
             self._low_water = count
-        if count >= MAX_IDLE:
-            self._close(engine)
+        if count >= MAX_IDLE and not engine.owes_replies():
+            self._close(engine)  # (one that owes replies stays: a lock's next rounds need it)
             return
         idle.append(engine)
         self._trim()
@@ -99,6 +142,9 @@ class EnginePool:
                 engine = self._idle.pop(0)  # the least recently used
             except IndexError:
                 break
+            if engine.owes_replies():
+                self._idle.append(engine)  # a lock's next rounds may need it: kept
+                continue
             self._close(engine)
         self._low_water = len(self._idle)
 
@@ -119,6 +165,8 @@ class EnginePool:
         # close() sends nothing in a child: see the engines) and start afresh.
         self._generation = _fork.generation
         self._idle = []
+        self._returned = threading.Condition(threading.Lock())
+        self._waiting = 0
         inherited, self._live = self._live, {}
         for engine in inherited.values():
             engine.close()

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator, Sequence
-from typing import Any
+from typing import Any, Optional
 
 from ._scripts import Script
 
@@ -65,13 +65,17 @@ def begin_on_engine(engine: Any, kind: int, args: tuple) -> Any:
     return engine.begin_script(*args)
 
 
-def run_python(steps: Steps, pool: Any) -> Any:
+def run_python(steps: Steps, pool: Any, pin: Optional[list] = None) -> Any:
     """Drives a step generator to its end, blocking, on engines from `pool` (one engine per
     round); returns what the generator returns.
 
     An exception raised while a request runs (an interrupt, an engine error) is thrown into the
     generator at the point that asked for it, so that it can clean up (send the unlock) with
     further requests before the exception propagates.
+
+    pin: a lock's one-item list. After a round that left commands behind on a master (see the
+    engine contract's owes_replies), it holds that engine, and the lock's next rounds go out on
+    it, behind them; otherwise None.
     """
     send = steps.send
     try:
@@ -82,11 +86,15 @@ def run_python(steps: Steps, pool: Any) -> Any:
                     time.sleep(args)
                     reply = None
                 else:
-                    engine = pool.checkout()
+                    prefer = pin[0] if pin is not None else None
+                    # (the wait for the preferred engine: about a round, this one's timeout)
+                    engine = pool.checkout(prefer, args[3] if kind == SET_NX else args[4])
                     try:
                         run_round = engine.set_nx if kind == SET_NX else engine.run_script
                         reply = run_round(*args)
                     finally:
+                        if pin is not None:
+                            pin[0] = engine if engine.owes_replies() else None
                         pool.checkin(engine)
             except BaseException as exc:
                 kind, args = steps.throw(exc)

@@ -113,7 +113,9 @@ class Redlock(ClientBase):
         _batches.check_names(names)
         self._session.timing(ttl)  # a bad ttl is refused even for an empty batch
         locks = [Lock(self, name, ttl) for name in names]
-        return run(_lockbase.acquire_many_steps(self._session, locks, ttl), self._session.rounds)
+        pin = _lockbase.share_pin(locks)
+        steps = _lockbase.acquire_many_steps(self._session, locks, ttl)
+        return run(steps, self._session.rounds, pin)
 
     def release_many(self, locks: Iterable[Lock]) -> None:
         """Releases every lock in one round trip to each master.
@@ -122,10 +124,8 @@ class Redlock(ClientBase):
         all; the votes are the first one's); the others are released all the same.
         """
         batch = list(locks)
-        run(
-            _lockbase.release_many_steps(self._session, "Redlock", Lock, batch),
-            self._session.rounds,
-        )
+        steps = _lockbase.release_many_steps(self._session, "Redlock", Lock, batch)
+        run(steps, self._session.rounds, _lockbase.pin_of(batch))
 
     def rlock(self, name: str | bytes, ttl: Duration, **options: Any) -> RLock:
         """A reentrant lock: its owning thread may acquire it again (same options as lock())."""
