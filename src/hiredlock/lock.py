@@ -104,7 +104,16 @@ class Lock(WithStatement, LockBase):
         a wrong password or missing permissions, and AlreadyAcquired when this Lock object holds
         the lock already. A lock that expired or was lost can be acquired again.
         """
-        return run(self._acquire_steps(blocking, timeout), self._rounds)
+        before = self._acquisition
+        try:
+            return run(self._acquire_steps(blocking, timeout), self._rounds, self._pin)
+        except BaseException:
+            # An interrupt that came once the steps were over (the signal handler runs when the
+            # driver, a call into C, returns here): the lock they took is given back.
+            token = self._token
+            if token is not None and self._acquisition != before and self._unlocked_token != token:
+                run(self._unlock_steps(token), self._rounds, self._pin)
+            raise
 
     def release(self) -> None:
         """Unlocks every master. Raises LockLost if fewer than a quorum still held our token.
@@ -114,14 +123,14 @@ class Lock(WithStatement, LockBase):
         """
         token = self._token
         try:
-            run(self._release_steps(), self._rounds)
+            run(self._release_steps(), self._rounds, self._pin)
         except (NotHeld, LockLost):
             raise
         except BaseException:
             # An interrupt that came before the steps could catch it (between two of their
             # instructions outside a round): the unlock still goes out, once.
             if token is not None and self._unlocked_token != token:
-                run(self._unlock_steps(token), self._rounds)
+                run(self._unlock_steps(token), self._rounds, self._pin)
             raise
 
     def extend(self, ttl: Optional[Duration] = None) -> None:
@@ -133,7 +142,7 @@ class Lock(WithStatement, LockBase):
         TooManyExtensions (before any I/O).
         """
         timing = self._extend_timing(ttl)
-        run(self._extend_steps(timing), self._rounds)
+        run(self._extend_steps(timing), self._rounds, self._pin)
 
     # -- what LockBase asks of a blocking lock ------------------------------------------------
 
@@ -159,4 +168,4 @@ class Lock(WithStatement, LockBase):
 
     def _renew(self, acquisition: int) -> Optional[int]:
         """One renewal of `acquisition` (the watchdog calls it); when to renew next, or None."""
-        return run(self._renew_steps(acquisition), self._rounds)
+        return run(self._renew_steps(acquisition), self._rounds, self._pin)
