@@ -1,21 +1,48 @@
-"""What Redlock and hiredlock.aio.AsyncRedlock have in common: their options, read-only."""
+"""What Redlock and hiredlock.aio.AsyncRedlock have in common: the Session they make, and their
+options, read-only."""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from typing import Any, Callable, Optional, Union
 
-from ._config import Duration, MasterSpec
+from . import _scripts
+from ._config import Duration, MasterLike, MasterSpec
 from ._session import Session
 
 NameOrFactory = Union[str, bytes, Callable[..., Union[str, bytes]]]
 
 
 class ClientBase:
-    """The options of a client of N masters (its locks share them through its Session)."""
+    """A client of N masters: its options (its locks share them through its Session); the API
+    class says how its rounds run (_rounds_for)."""
 
-    _session: Session
-    backend: str
+    def __init__(
+        self,
+        masters: Iterable[MasterLike],
+        *,
+        retry_count: int = 3,
+        retry_delay: Duration = 0.2,
+        drift_factor: float = _scripts.DEFAULT_DRIFT_FACTOR,
+        master_timeout: Optional[Duration] = None,
+        backend: str = "auto",
+    ) -> None:
+        self._session = session = Session(
+            masters,
+            retry_count=retry_count,
+            retry_delay=retry_delay,
+            drift_factor=drift_factor,
+            master_timeout=master_timeout,
+            backend=backend,
+        )
+        session.label = hex(id(self))
+        self.backend: str = session.backend
+        session.rounds = self._rounds_for(session)
+
+    def _rounds_for(self, session: Session) -> Any:
+        """What runs this client's rounds: an engine pool, or the asyncio rounds."""
+        raise NotImplementedError
 
     @property
     def session(self) -> Session:

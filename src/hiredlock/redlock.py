@@ -8,10 +8,10 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Callable, Optional, TypeVar
 
-from . import _batches, _lockbase, _scripts
+from . import _batches, _lockbase
 from ._batches import KeyState
 from ._client import ClientBase, NameOrFactory
-from ._config import Duration, MasterLike
+from ._config import Duration
 from ._pool import EnginePool
 from ._session import Session
 from ._steps import run
@@ -44,30 +44,9 @@ class Redlock(ClientBase):
     (2**31 - 1 ms, about 24.8 days): a longer one is refused with ValueError when it is given.
     """
 
-    def __init__(
-        self,
-        masters: Iterable[MasterLike],
-        *,
-        retry_count: int = 3,
-        retry_delay: Duration = 0.2,
-        drift_factor: float = _scripts.DEFAULT_DRIFT_FACTOR,
-        master_timeout: Optional[Duration] = None,
-        backend: str = "auto",
-    ) -> None:
-        self._session = session = Session(
-            masters,
-            retry_count=retry_count,
-            retry_delay=retry_delay,
-            drift_factor=drift_factor,
-            master_timeout=master_timeout,
-            backend=backend,
-        )
-        session.label = hex(id(self))
-        self.backend: str = session.backend
+    def _rounds_for(self, session: Session) -> EnginePool:
         self._pool = EnginePool(session.new_engine)
-        session.rounds = self._pool
-
-    # -- public ------------------------------------------------------------------------------
+        return self._pool
 
     def lock(
         self,

@@ -9,10 +9,10 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Callable, Optional, TypeVar
 
-from .. import _batches, _lockbase, _scripts
+from .. import _batches, _lockbase
 from .._batches import KeyState
 from .._client import ClientBase, NameOrFactory
-from .._config import Duration, MasterLike
+from .._config import Duration
 from .._session import Session
 from ._lock import AsyncLock, AsyncRLock
 from ._rounds import AsyncRounds
@@ -31,26 +31,9 @@ class AsyncRedlock(ClientBase):
     `async with AsyncRedlock(...) as redlock:`).
     """
 
-    def __init__(
-        self,
-        masters: Iterable[MasterLike],
-        *,
-        retry_count: int = 3,
-        retry_delay: Duration = 0.2,
-        drift_factor: float = _scripts.DEFAULT_DRIFT_FACTOR,
-        master_timeout: Optional[Duration] = None,
-        backend: str = "auto",
-    ) -> None:
-        self._session = session = Session(
-            masters,
-            retry_count=retry_count,
-            retry_delay=retry_delay,
-            drift_factor=drift_factor,
-            master_timeout=master_timeout,
-            backend=backend,
-        )
-        self.backend: str = session.backend
-        self._rounds = session.rounds = AsyncRounds(session)
+    def _rounds_for(self, session: Session) -> AsyncRounds:
+        self._rounds = AsyncRounds(session)
+        return self._rounds
 
     def lock(
         self,
