@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from support import EXTRA_SLACK, FOREIGN, assert_no_key, values
+from support import EXTRA_SLACK, FOREIGN, assert_no_key, assert_values
 
 from hiredlock import Outcome
 
@@ -63,7 +63,8 @@ def test_localhost_masters(engine, masters5, make_redlock, key):
     rl = make_redlock([f"redis://localhost:{s.port}/0" for s in servers])
     lock = rl.lock(key, TTL)
     assert lock.acquire(blocking=False)
-    assert values(servers, key) == [lock.token.encode()] * 3
+    # (eventually: the round may have ended on a quorum before the last master answered)
+    assert_values(servers, key, lock.token)
     lock.extend()
     states = rl.inspect(key)
     assert [s.outcome for s in states] == [Outcome.OK] * 3
