@@ -94,17 +94,10 @@ class ClientBase:
         make = functools.partial(
             self.lock, ttl=ttl, blocking_timeout=blocking_timeout, auto_renew=auto_renew, **options
         )
-        if callable(name):
-            make("checking the options")
+        make("checking the options" if callable(name) else name)
 
-            def for_call(args: Any, kwargs: Any) -> Any:
-                return make(name(*args, **kwargs))
-
-        else:
-            make(name)
-
-            def for_call(args: Any, kwargs: Any) -> Any:
-                return make(name)
+        def for_call(args: Any, kwargs: Any) -> Any:
+            return make(name(*args, **kwargs) if callable(name) else name)
 
         return for_call
 

@@ -17,16 +17,18 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from . import _algorithm, _config, _fork, _scripts
-from ._algorithm import won
 from ._config import Duration
 from ._contract import RoundResult
 from ._errors import AlreadyAcquired, LockLost, NotHeld, QuorumUnreachable, TooManyExtensions
 from ._session import Session, Timing
 from ._steps import CLEANUP, PAUSE, SCRIPT, SET_NX, Steps, script
 from ._tokens import new_token
+
+if TYPE_CHECKING:
+    from ._client import ClientBase
 
 _OK = int(_scripts.Outcome.OK)
 _RELEASE = _scripts.RELEASE
@@ -38,7 +40,11 @@ _log = logging.getLogger("hiredlock")
 
 
 class LockBase:
-    """The state and steps of one lock; see Lock and hiredlock.aio.AsyncLock for the API."""
+    """The state and steps of one lock; see Lock and hiredlock.aio.AsyncLock for the API.
+
+    Made by a client's lock() (a Redlock's or an AsyncRedlock's), with its options; no I/O
+    happens here.
+    """
 
     __slots__ = (
         "__weakref__",
@@ -77,7 +83,7 @@ class LockBase:
 
     def __init__(
         self,
-        session: Session,
+        client: ClientBase,
         name: str | bytes,
         ttl: Duration,
         *,
@@ -88,7 +94,7 @@ class LockBase:
         max_extensions: Optional[int] = None,
         fencing: bool = False,
     ) -> None:
-        self._session = session
+        self._session = session = client.session
         self._rounds = session.rounds
         self._key = _config.lock_name(name)
         self._name = name
@@ -152,8 +158,8 @@ class LockBase:
         """Schedules the first renewal; False when none can run."""
         raise NotImplementedError
 
-    def _call_on_lost(self) -> None:
-        raise NotImplementedError
+    def _after_on_lost(self, outcome: Any) -> None:
+        """What on_lost returned (an asyncio lock awaits a coroutine's)."""
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -300,12 +306,7 @@ class LockBase:
                 else:
                     args = ((self._key,), (token,), self._ttl_ms, self._timeout_ms)
                     result = (yield SET_NX, args)[0]
-                    session = self._session
-                    failed = (
-                        None
-                        if won(result[0], result[1], self._ttl_ms, self._drift_ms, session.quorum)
-                        else result
-                    )
+                    failed = self._refusal(result, result[1])
                     fence = None
                 if failed is None:
                     self._took(token, start, fence)
@@ -313,19 +314,8 @@ class LockBase:
             except BaseException:
                 yield from self._unlock_steps(token)
                 raise
-            yield (
-                SCRIPT,
-                (
-                    _RELEASE_SHA,
-                    _RELEASE_SOURCE,
-                    1,
-                    ((self._key, token),),
-                    self._timeout_ms,
-                    True,
-                    False,
-                    True,  # honour_backoff: the unlock after a failed attempt
-                ),
-            )
+            argvs = ((self._key, token),)
+            yield script(_RELEASE, 1, argvs, self._timeout_ms, True, honour_backoff=True)
             self._refused(failed)
             if retrying is None:
                 session = self._session
@@ -434,6 +424,7 @@ class LockBase:
         try:
             token, lost = self._let_go()
             argvs = ((self._key, token),)
+            # (script(_RELEASE, ...) spelled out: this is half of every lock cycle)
             result = (
                 yield (
                     SCRIPT,
@@ -539,6 +530,16 @@ class LockBase:
         self._call_on_lost()
         return True
 
+    def _call_on_lost(self) -> None:
+        if self._on_lost is None:
+            return
+        try:
+            outcome = self._on_lost(self)
+        except Exception:
+            _log.exception("hiredlock: the on_lost callback of %r raised", self._name)
+            return
+        self._after_on_lost(outcome)
+
     def _renew_interval_ns(self) -> int:
         return self._ttl_ms * 1_000_000 // 3
 
@@ -609,7 +610,7 @@ def pin_of(locks: Sequence[Any]) -> Optional[list]:
     return locks[0]._pin if locks and isinstance(locks[0], LockBase) else None
 
 
-def acquire_many_steps(session: Session, locks: Sequence[LockBase], ttl: Any) -> Steps:
+def acquire_many_steps(session: Session, locks: Sequence[LockBase]) -> Steps:
     """One attempt at every lock at once (one round trip per master for the batch); a list with
     each lock acquired and None for the others, which are unlocked everywhere in one more round.
     QuorumUnreachable when the masters failed so that no name could have been acquired."""
@@ -618,7 +619,8 @@ def acquire_many_steps(session: Session, locks: Sequence[LockBase], ttl: Any) ->
     keys = [lock.key for lock in locks]
     if len(set(keys)) != len(keys):
         raise ValueError("names must not repeat in one batch")
-    ttl_ms, timeout_ms, _drift = session.timing(ttl)
+    first = locks[0]  # (made with one ttl: they share its timing)
+    ttl_ms, timeout_ms = first._ttl_ms, first._timeout_ms
     tokens = [new_token() for _ in locks]
     start = time.monotonic_ns()
     results = yield SET_NX, (keys, tokens, ttl_ms, timeout_ms)
@@ -663,7 +665,7 @@ def release_many_steps(
     if len({id(lock) for lock in batch}) != len(batch):
         raise ValueError("a lock must not repeat in one batch")
     let_go = [lock._let_go() for lock in batch]
-    timeout_ms = max(session.timing(lock.ttl)[1] for lock in batch)
+    timeout_ms = max(lock._timeout_ms for lock in batch)
     results = yield script(
         _scripts.RELEASE,
         1,

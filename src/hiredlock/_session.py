@@ -25,10 +25,9 @@ class Session:
     """The masters and options of one client, and the registry of the locks it holds.
 
     The registry maps id(lock) to a weak reference (each lock makes its own once, see
-    registry_entry()),
-    so that a held lock its caller dropped is neither kept alive nor renewed (its keys expire with
-    their ttl). close() releases the others; inspect() recognises their tokens. No mutex for it:
-    single dict operations are atomic.
+    registry_entry()), so that a held lock its caller dropped is neither kept alive nor renewed
+    (its keys expire with their ttl). close() releases the others; inspect() recognises their
+    tokens. No mutex for it: single dict operations are atomic.
     """
 
     def __init__(
@@ -57,7 +56,7 @@ class Session:
             else _config.positive_duration_ms(master_timeout, "master_timeout")
         )
         self.label = hex(id(self))  # names the watchdog thread; the owner may set its own
-        self.rounds: Any = None  # set by the owner: BlockingRounds or the asyncio rounds
+        self.rounds: Any = None  # set by the owner: an engine pool, or the asyncio rounds
         self.held: dict[int, weakref.ref] = {}
         self.closed = False
         self.mutex = threading.Lock()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Optional
 
 from . import _fork
 from ._config import Duration
@@ -13,9 +13,6 @@ from ._errors import HiredlockError, LockLost, LockNotAcquired, NotHeld
 from ._lockbase import LockBase
 from ._steps import run
 from ._tokens import new_token
-
-if TYPE_CHECKING:
-    from .redlock import Redlock
 
 __all__ = ["Lock", "WithStatement", "new_token"]
 
@@ -60,32 +57,6 @@ class Lock(WithStatement, LockBase):
     """
 
     __slots__ = ()
-
-    def __init__(
-        self,
-        redlock: Redlock,
-        name: str | bytes,
-        ttl: Duration,
-        *,
-        blocking_timeout: Optional[Duration] = None,
-        auto_renew: bool = False,
-        max_hold: Optional[Duration] = None,
-        on_lost: Optional[Callable[[Lock], Any]] = None,
-        max_extensions: Optional[int] = None,
-        fencing: bool = False,
-    ) -> None:
-        LockBase.__init__(
-            self,
-            redlock.session,
-            name,
-            ttl,
-            blocking_timeout=blocking_timeout,
-            auto_renew=auto_renew,
-            max_hold=max_hold,
-            on_lost=on_lost,
-            max_extensions=max_extensions,
-            fencing=fencing,
-        )
 
     @property
     def lost(self) -> threading.Event:
@@ -158,13 +129,6 @@ class Lock(WithStatement, LockBase):
 
     def _start_renewal(self, acquisition: int, due_ns: int) -> bool:
         return self._session.watchdog().watch(self._renew, acquisition, due_ns)
-
-    def _call_on_lost(self) -> None:
-        if self._on_lost is not None:
-            try:
-                self._on_lost(self)
-            except Exception:
-                _log.exception("hiredlock: the on_lost callback of %r raised", self._name)
 
     def _renew(self, acquisition: int) -> Optional[int]:
         """One renewal of `acquisition` (the watchdog calls it); when to renew next, or None."""

@@ -93,7 +93,7 @@ class Redlock(ClientBase):
         self._session.timing(ttl)  # a bad ttl is refused even for an empty batch
         locks = [Lock(self, name, ttl) for name in names]
         pin = _lockbase.share_pin(locks)
-        steps = _lockbase.acquire_many_steps(self._session, locks, ttl)
+        steps = _lockbase.acquire_many_steps(self._session, locks)
         return run(steps, self._session.rounds, pin)
 
     def release_many(self, locks: Iterable[Lock]) -> None:

@@ -7,7 +7,7 @@ import contextlib
 import inspect
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from .. import _config
 from .._config import Duration
@@ -58,32 +58,6 @@ class AsyncLock(AsyncWithStatement, LockBase):
     __slots__ = ()
     _kind = "AsyncLock"
 
-    def __init__(
-        self,
-        redlock: AsyncRedlock,
-        name: str | bytes,
-        ttl: Duration,
-        *,
-        blocking_timeout: Optional[Duration] = None,
-        auto_renew: bool = False,
-        max_hold: Optional[Duration] = None,
-        on_lost: Optional[Callable[[AsyncLock], Any]] = None,
-        max_extensions: Optional[int] = None,
-        fencing: bool = False,
-    ) -> None:
-        LockBase.__init__(
-            self,
-            redlock.session,
-            name,
-            ttl,
-            blocking_timeout=blocking_timeout,
-            auto_renew=auto_renew,
-            max_hold=max_hold,
-            on_lost=on_lost,
-            max_extensions=max_extensions,
-            fencing=fencing,
-        )
-
     @property
     def lost(self) -> asyncio.Event:
         """Set when the lock is found lost while held (a failed renewal or extend)."""
@@ -125,14 +99,7 @@ class AsyncLock(AsyncWithStatement, LockBase):
             await asyncio.sleep(max(0, due_ns - time.monotonic_ns()) / 1e9)
             due_ns = await self._rounds.run(self._renew_steps(acquisition))
 
-    def _call_on_lost(self) -> None:
-        if self._on_lost is None:
-            return
-        try:
-            outcome = self._on_lost(self)
-        except Exception:
-            _log.exception("hiredlock: the on_lost callback of %r raised", self._name)
-            return
+    def _after_on_lost(self, outcome: Any) -> None:
         if inspect.isawaitable(outcome):
             self._rounds.spawn(self._awaited_on_lost(outcome))
 

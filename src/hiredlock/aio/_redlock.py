@@ -25,10 +25,10 @@ _log = logging.getLogger("hiredlock")
 class AsyncRedlock(ClientBase):
     """A client of N independent Redis masters for asyncio; makes locks that need a majority.
 
-    The options are Redlock's. All tasks of the event loop it is used in share its connections:
-    the rounds started in one loop iteration go out together, one write per master. It starts
-    no thread. Use one AsyncRedlock per event loop, and close it with `await aclose()` (or
-    `async with AsyncRedlock(...) as redlock:`).
+    The options are Redlock's. All tasks of the event loop it is used in share its connection per
+    master: the rounds asked for while a batch is in flight go out together when it ends, one
+    write per master. It starts no thread of its own. Use one AsyncRedlock per event loop, and
+    close it with `await aclose()` (or `async with AsyncRedlock(...) as redlock:`).
     """
 
     def _rounds_for(self, session: Session) -> AsyncRounds:
@@ -72,7 +72,7 @@ class AsyncRedlock(ClientBase):
         _batches.check_names(names)
         self._session.timing(ttl)  # a bad ttl is refused even for an empty batch
         locks = [AsyncLock(self, name, ttl) for name in names]
-        return await self._rounds.run(_lockbase.acquire_many_steps(self._session, locks, ttl))
+        return await self._rounds.run(_lockbase.acquire_many_steps(self._session, locks))
 
     async def release_many(self, locks: Iterable[AsyncLock]) -> None:
         """As Redlock.release_many: every lock in one round trip per master."""

@@ -62,7 +62,6 @@ class AsyncRounds:
         self._session = session
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._queued: dict[tuple, _Batch] = {}
-        self._flush_scheduled = False
         self._engine: Any = None  # made on first use
         self._in_flight: Optional[_Batch] = None
         self._tasks: set[asyncio.Task] = set()  # renewals and on_lost coroutines
@@ -83,7 +82,6 @@ class AsyncRounds:
                 self._engine = None
             self._in_flight = None
             self._queued = {}
-            self._flush_scheduled = False
         return loop
 
     def spawn(self, coroutine: Any) -> bool:
@@ -143,22 +141,15 @@ class AsyncRounds:
             # sha, numkeys, timeout, wait_all, want_values, honour_backoff
             shape = (SCRIPT, args[0], args[2], args[4], args[5], args[6], args[7])
         batch = self._queued.get(shape)
-        future = loop.create_future()
         if batch is None:
             batch = self._queued[shape] = _Batch(loop, kind)
-            if self._in_flight is None:
-                if len(self._queued) == 1:
-                    # Nothing else is going on: this round goes out now. The rounds asked for
-                    # after it go together when it ends.
-                    batch.args.append(args)
-                    batch.futures.append(future)
-                    self._flush()
-                    return batch, future
-                if not self._flush_scheduled:
-                    self._flush_scheduled = True
-                    loop.call_soon(self._flush)
+        future = loop.create_future()
         batch.args.append(args)
         batch.futures.append(future)
+        if self._in_flight is None:
+            # Nothing in flight: this round goes out now. The rounds asked for while it is in
+            # flight go together when it ends.
+            self._flush()
         return batch, future
 
     async def _uncancelled(self, args: tuple) -> Any:
@@ -190,7 +181,6 @@ class AsyncRounds:
         """Sends the oldest queued batch, unless one is in flight (its end sends the next): one
         engine round, begun here (its commands are written now) and fed by the loop's
         callbacks."""
-        self._flush_scheduled = False
         while self._queued and self._in_flight is None:
             shape = next(iter(self._queued))
             batch = self._queued.pop(shape)
@@ -199,15 +189,15 @@ class AsyncRounds:
             if args is None:  # every caller was cancelled before it went out
                 batch.done.set_result(None)
                 continue
-            if self._engine is None:
-                self._engine = self._session.new_engine()
-            engine = self._engine
             self._in_flight = batch
             try:
+                if self._engine is None:
+                    self._engine = self._session.new_engine()
+                engine = self._engine
                 rnd = begin_on_engine(engine, batch.kind, args)
                 start(rnd, self._loop, functools.partial(self._ended, batch, engine, rnd))
             except Exception as exc:
-                self._ended(batch, engine, None, exc)
+                self._ended(batch, self._engine, None, exc)
 
     def _ended(self, batch: _Batch, engine: Any, rnd: Any, exc: Optional[BaseException]) -> None:
         """A batch's round is over: each caller gets its slice of the results (or the error),
@@ -235,11 +225,9 @@ class AsyncRounds:
 
     async def drain(self) -> None:
         """Waits for every batch queued or in flight to end (each within its timeouts)."""
-        while self._queued or self._in_flight is not None:
-            if self._in_flight is not None:
-                await self._in_flight.done
-            else:
-                await asyncio.sleep(0)  # the scheduled flush runs
+        # (nothing stays queued while nothing is in flight: a batch's end sends the next)
+        while self._in_flight is not None:
+            await self._in_flight.done
 
     async def stop_tasks(self) -> None:
         tasks = [task for task in self._tasks if task is not asyncio.current_task()]
