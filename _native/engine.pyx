@@ -27,7 +27,6 @@ from libhiredis cimport (
     REDIS_REPLY_NIL,
     REDIS_REPLY_STATUS,
     freeReplyObject,
-    redisAppendCommandArgv,
     redisAppendFormattedCommand,
     redisBufferRead,
     redisBufferWrite,
@@ -36,11 +35,12 @@ from libhiredis cimport (
     redisContext,
     redisFree,
     redisReader,
+    redisReaderFeed,
     redisReaderGetReply,
     redisReply,
 )
 
-from hiredlock import _poller, _resolver, _scripts
+from hiredlock import _poller, _resolver, _scripts, _tls
 
 
 cdef extern from "hl_platform.h" nogil:
@@ -106,6 +106,9 @@ cdef int64_t CONNECT_MIN_NS = <int64_t>(_scripts.CONNECT_TIMEOUT_MIN_MS * 1e6)
 # delivered to another thread than the one in poll() (no EINTR here then), and WSAPoll is never
 # interrupted at all. A round that decides sooner never takes it.
 cdef int64_t SIGNAL_SLICE_NS = 10 * 1000000
+# How often a round looks whether the sentinels name a new master for a group it is connected to
+# (a cache read: _resolver asks the sentinels in the background).
+cdef int64_t SENTINEL_CHECK_NS = <int64_t>(_resolver.SENTINEL_CHECK_S * 1e9)
 # What fds_wanted() reports, in the event loop's terms (hiredlock._poller's).
 cdef int EVENT_IN = _poller.POLLIN
 cdef int EVENT_OUT = _poller.POLLOUT
@@ -125,6 +128,7 @@ cdef enum State:
 cdef size_t MAX_DETAIL = 400
 cdef enum:
     WHY_SIZE = 96              # room for the reason take_reply() refuses a reply
+    TLS_WHY_SIZE = 256         # room for the reason a TLS channel failed (OpenSSL's words)
 
 # Incremented in a child after fork(): an engine made before the fork must not touch its sockets.
 cdef int fork_generation = 0
@@ -274,7 +278,7 @@ cdef struct Master:
     int64_t connect_deadline   # a connect still pending then is given up
     int64_t down_until         # acquire rounds do not reconnect before this (backoff)
     int backoff_ms
-    char last_error[160]       # why it last failed, for the votes of rounds that back off
+    char last_error[300]       # why it last failed, for the votes of rounds that back off
     int handshake              # AUTH/SELECT replies still owed (they come first)
     int stale                  # replies owed to abandoned rounds (they come next)
     unsigned long long sent    # commands queued on this connection so far
@@ -308,6 +312,16 @@ cdef struct Master:
     # number can be reused.
     bint defer_free
     redisContext *doomed
+    # TLS (see hiredlock/_tls.py): the master's connections carry every byte through a
+    # TLSChannel (NativeEngine._channels[i], made once the TCP connect is confirmed; called with
+    # the GIL); plaintext masters never take the GIL for I/O.
+    bint tls
+    bint has_channel           # the current connection's channel exists (READY: handshake done)
+    bint tls_wants_write       # the channel holds bytes the socket has not taken yet
+    bint demoted               # a named master answered READONLY in this round
+    bint sentinel              # a Sentinel group's master (named: see _resolve)
+    int64_t check_after        # a sentinel master's address is looked at again from then
+    char tls_error[TLS_WHY_SIZE]  # why the channel last failed
 
 
 cdef void forget_redo(Master *m, unsigned long long up_to) noexcept nogil:
@@ -322,22 +336,30 @@ cdef void forget_redo(Master *m, unsigned long long up_to) noexcept nogil:
         m.redo_tail = NULL
 
 
-cdef void late_reply(Master *m, redisReply *reply) noexcept nogil:
+cdef Redo *late_reply(Master *m, redisReply *reply) noexcept nogil:
     """A reply to an abandoned round (number m.received - 1): dropped, unless it is a script's
-    NOSCRIPT, whose EVAL is queued now (its own reply will be dropped in turn)."""
+    NOSCRIPT: then its EVAL is returned, for the caller to send (and to free_redo) at once; its
+    own reply will be dropped in turn."""
     cdef unsigned long long seq = m.received - 1
     cdef Redo *redo
+    cdef Redo *again = NULL
     m.stale -= 1
     forget_redo(m, seq)
     redo = m.redo_head
     if (redo != NULL and redo.seq == seq and reply.type == REDIS_REPLY_ERROR
             and strncmp(reply.str, b"NOSCRIPT", 8) == 0):
-        if redisAppendFormattedCommand(m.ctx, redo.command, redo.length) != REDIS_ERR:
-            m.sent += 1
-            m.stale += 1
-            m.want_write = True
+        m.redo_head = redo.next
+        if m.redo_head == NULL:
+            m.redo_tail = NULL
+        again = redo
     forget_redo(m, seq + 1)
     m.lagging = m.lagging and m.stale > 0
+    return again
+
+
+cdef void free_redo(Redo *redo) noexcept nogil:
+    free(redo.command)
+    free(redo)
 
 
 cdef inline const char *pending_bound(redisReader *r, char *why) noexcept nogil:
@@ -433,6 +455,9 @@ cdef void drop(Master *m) noexcept nogil:
     m.want_write = False
     m.lagging = False
     m.scripts_known = 0
+    m.has_channel = False
+    m.tls_wants_write = False
+    m.demoted = False
 
 
 cdef void bury(Master *m) noexcept nogil:
@@ -452,6 +477,14 @@ cdef void fail(Master *m, int64_t now) noexcept nogil:
     if m.backoff_ms > BACKOFF_MAX_MS:
         m.backoff_ms = BACKOFF_MAX_MS
     m.down_until = now + <int64_t>m.backoff_ms * 1000000
+
+
+cdef inline int connect_events(Master *m) noexcept nogil:
+    """What a connection still connecting waits for: the end of the TCP connect, then (TLS) the
+    server's handshake records, and room to send its own."""
+    if not m.has_channel:
+        return POLLOUT
+    return POLLIN | POLLOUT if m.tls_wants_write else POLLIN
 
 
 cdef class NativeRound
@@ -477,8 +510,11 @@ cdef class NativeEngine:
     cdef object specs          # keeps the host/path/password bytes alive
     cdef list _keepalive
     cdef int n_named           # masters given by host name (looked up by _resolver)
-    cdef list _hosts           # [master]: the host name (str) of a named master, else None
+    # [master]: what _resolver looks up for a named master (a (host name, port) pair, or a
+    # SentinelGroup), else None
+    cdef list _places
     cdef list _addresses       # [master]: bytes behind Master.address (kept alive here)
+    cdef list _channels        # [master]: a TLS master's TLSChannel (see Master.tls)
     cdef object pending_exc    # what a signal handler (or a lookup) raised in this round
     cdef dict script_bits      # sha -> its bit in Master.scripts_known
     # per-round scratch, grown as batches grow
@@ -532,22 +568,29 @@ cdef class NativeEngine:
                 or self.argv_ptr == NULL or self.argv_len == NULL):
             raise MemoryError()
         self._keepalive = []
-        self._hosts = [None] * self.n
+        self._places = [None] * self.n
         self._addresses = [None] * self.n
+        self._channels = [None] * self.n
         self.script_bits = {}
         self.specs = specs
         self.generation = fork_generation
         for i in range(self.n):
             self._setup_master(i, specs[i])
         self._grow(1)
-        _resolver.prefetch([(host, spec.port) for host, spec in zip(self._hosts, specs)
-                            if host is not None])
+        _resolver.prefetch([place for place in self._places if place is not None])
 
     cdef _setup_master(self, int i, spec):
         cdef Master *m = &self.masters[i]
         m.state = DOWN
         if spec.path is not None:
             m.path = self._hold(spec.path.encode())
+        elif spec.sentinel is not None:
+            # its address is the master the sentinels name: see _resolve
+            m.named = True
+            m.sentinel = True
+            snprintf(m.resolve_error, sizeof(m.resolve_error), b"%s", b"not looked up yet")
+            self._places[i] = spec.sentinel
+            self.n_named += 1
         else:
             m.host = self._hold(spec.host.encode())
             m.port = spec.port
@@ -555,8 +598,9 @@ cdef class NativeEngine:
                 # hiredis would call getaddrinfo() with the name in the round: see _resolve
                 m.named = True
                 snprintf(m.resolve_error, sizeof(m.resolve_error), b"%s", b"not looked up yet")
-                self._hosts[i] = spec.host
+                self._places[i] = (spec.host, spec.port)
                 self.n_named += 1
+        m.tls = spec.tls is not None
         m.select_db = spec.db if spec.db else -1
         m.auth_argc = 0
         if spec.password is not None:
@@ -1026,7 +1070,7 @@ cdef class NativeEngine:
             if m.failed or m.ctx == NULL or (extended and not m.cold):
                 continue
             if m.state == CONNECTING:
-                events = POLLOUT
+                events = connect_events(m)
                 owes = True
             elif m.slot_head != m.slot_tail:
                 events = POLLIN | POLLOUT if m.want_write else POLLIN
@@ -1080,6 +1124,11 @@ cdef class NativeEngine:
             if m.ctx == NULL:
                 continue
             m.last_round_end = now
+            if m.demoted:
+                m.demoted = False
+                drop(m)
+                self._look_again(i)
+                continue
             if m.state == CONNECTING and now >= m.connect_deadline:
                 fail(m, now)
                 continue
@@ -1122,10 +1171,14 @@ cdef class NativeEngine:
         return False
 
     cdef bint _lookup_due(self) noexcept nogil:
-        """Whether a named master has no connection (this round may open one)."""
+        """Whether a named master has no connection (this round may open one), or a Sentinel
+        group's master is due for a look at where the sentinels say it is now."""
         cdef int i
+        cdef int64_t now = now_ns()
         for i in range(self.n):
-            if self.masters[i].named and self.masters[i].ctx == NULL:
+            if self.masters[i].named and (
+                    self.masters[i].ctx == NULL
+                    or (self.masters[i].sentinel and now >= self.masters[i].check_after)):
                 return True
         return False
 
@@ -1135,18 +1188,32 @@ cdef class NativeEngine:
         lookup). False when interrupted (the exception is kept, as in _signalled)."""
         cdef int i
         cdef Master *m
-        cdef bytes text
+        cdef bytes text, host
+        cdef int64_t now = now_ns()
         indices = [i for i in range(self.n)
-                   if self.masters[i].named and self.masters[i].ctx == NULL]
+                   if self.masters[i].named and (
+                       self.masters[i].ctx == NULL
+                       or (self.masters[i].sentinel and now >= self.masters[i].check_after))]
         try:
             answers = _resolver.lookup_many(
-                [(self._hosts[i], self.masters[i].port) for i in indices],
+                [self._places[i] for i in indices],
                 max(timeout_ns, 0) / 1e9)
         except BaseException as exc:
             self.pending_exc = exc
             return False
         for i, answer in zip(indices, answers):
             m = &self.masters[i]
+            if m.sentinel:
+                m.check_after = now + SENTINEL_CHECK_NS
+            if m.ctx != NULL:
+                # A Sentinel group's master with a connection: if the sentinels name another
+                # master now (a failover), the connection goes and this round opens a new one.
+                if isinstance(answer, str):
+                    continue
+                host = answer.host.encode()
+                if host == self._addresses[i] and answer.port == m.port:
+                    continue
+                drop(m)
             if isinstance(answer, str):
                 text = answer.encode("utf-8", "replace")
                 m.address = NULL
@@ -1154,7 +1221,17 @@ cdef class NativeEngine:
             else:
                 self._addresses[i] = answer.host.encode()
                 m.address = PyBytes_AS_STRING(self._addresses[i])
+                m.port = answer.port  # (a Sentinel group's master has a port of its own)
         return True
+
+    cdef void _look_again(self, int i) noexcept with gil:
+        """A named master failed us: its address may have moved (a failover, a DNS change), so
+        it is looked up again now, in the background (see _resolver.refresh)."""
+        try:
+            _resolver.refresh(self._places[i])
+        except BaseException as exc:
+            if self.pending_exc is None:
+                self.pending_exc = exc
 
     cdef void _refresh(self) noexcept nogil:
         """Reads, without waiting, what idle connections received since the last round.
@@ -1163,12 +1240,12 @@ cdef class NativeEngine:
         the quorum is waited for again; a connection the master closed meanwhile (a restart) is
         replaced in this round instead of failing it.
         """
-        cdef int i, k, nfds = 0
+        cdef int i, k, step, nfds = 0
         cdef Master *m
         cdef void *raw = NULL
         cdef redisReply *reply
+        cdef Redo *redo
         cdef bint broken
-        cdef int done = 0
         cdef char why[WHY_SIZE]
         cdef redisReader *reader
         cdef size_t pending
@@ -1179,7 +1256,8 @@ cdef class NativeEngine:
             # the next round (a false LockLost on extend after CLIENT KILL).
             if m.ctx != NULL:
                 self.fds[nfds].fd = hl_context_fd(m.ctx)
-                self.fds[nfds].events = POLLOUT if m.state == CONNECTING else POLLIN | HL_POLLRDHUP
+                self.fds[nfds].events = (connect_events(m) if m.state == CONNECTING
+                                         else POLLIN | HL_POLLRDHUP)
                 self.fds[nfds].revents = 0
                 self.fd_master[nfds] = i
                 nfds += 1
@@ -1188,19 +1266,29 @@ cdef class NativeEngine:
         for k in range(nfds):
             if not self.fds[k].revents:
                 continue
-            m = &self.masters[self.fd_master[k]]
+            i = self.fd_master[k]
+            m = &self.masters[i]
             if m.state == CONNECTING:
-                # A connect that completed after its round: confirm it now, or, if the server
-                # went away meanwhile (a restart), start afresh in this round. Nothing was queued.
+                # A connect that completed after its round: confirm it now (a TLS master's
+                # handshake goes on), or, if the server went away meanwhile (a restart), start
+                # afresh in this round. Nothing was queued.
                 if (self.fds[k].revents & (POLLERR | POLLHUP | POLLNVAL)
-                        or hl_socket_error(hl_context_fd(m.ctx))):
+                        or (not m.has_channel and hl_socket_error(hl_context_fd(m.ctx)))):
                     drop(m)
-                else:
-                    m.state = READY
-                    m.backoff_ms = 0
-                    self._handshake(m)
+                    continue
+                if m.tls:
+                    step = self._tls_step(i)
+                    if step < 0:
+                        drop(m)
+                    if step <= 0:
+                        continue
+                    m.want_write = m.tls_wants_write
+                m.state = READY
+                m.backoff_ms = 0
+                if self._handshake(i) != NULL:
+                    drop(m)
                 continue
-            broken = redisBufferRead(m.ctx) == REDIS_ERR
+            broken = self._fill(i) != NULL
             while not broken:
                 reader = m.ctx.reader
                 if take_reply(reader, &raw, why) != NULL:
@@ -1212,7 +1300,7 @@ cdef class NativeEngine:
                     # A reply has partly come: what else of it is here is read now, so that a
                     # huge one is found too large before the round, not in the middle of it.
                     pending = reader.len - reader.pos
-                    broken = redisBufferRead(m.ctx) == REDIS_ERR
+                    broken = self._fill(i) != NULL
                     if not broken and reader.len - reader.pos == pending:
                         break  # nothing more yet
                     continue
@@ -1222,7 +1310,8 @@ cdef class NativeEngine:
                     m.handshake -= 1
                     broken = reply.type == REDIS_REPLY_ERROR  # the next connect reports it
                 elif m.stale > 0:
-                    late_reply(m, reply)
+                    redo = late_reply(m, reply)
+                    broken = redo != NULL and self._resend(i, redo) != NULL
                 else:
                     broken = True  # a reply nobody asked for: never guess what it answers
                 freeReplyObject(raw)
@@ -1233,8 +1322,7 @@ cdef class NativeEngine:
                                or (HL_POLLRDHUP == 0 and hl_peer_closed(hl_context_fd(m.ctx)))):
                 broken = True
             if not broken and m.want_write:
-                broken = redisBufferWrite(m.ctx, &done) == REDIS_ERR
-                m.want_write = not done
+                broken = self._flush(i) != NULL
             if broken:
                 drop(m)
 
@@ -1266,16 +1354,22 @@ cdef class NativeEngine:
         # A script this connection has not run yet goes as EVAL (see Master.scripts_known);
         # a script the engine does not track (more than 32) relies on the NOSCRIPT fallback.
         cdef bint as_eval = cmd.script_bit != 0 and not (m.scripts_known & cmd.script_bit)
+        cdef const char *failure
         if as_eval:
             for k in range(cmd.n_items):
-                if not self._append_eval(m, cmd, k):
-                    self._fail_master(i, CONN_ERROR, b"out of memory", now)
+                failure = self._append_eval(i, cmd, k)
+                if failure != NULL:
+                    self._fail_master(i, CONN_ERROR, failure, now)
                     return
         else:
             if m.slot_tail + cmd.n_items > m.slot_cap:
                 self._fail_master(i, CONN_ERROR, b"out of memory", now)
                 return
-            if m.ctx.obuf != NULL and m.ctx.obuf[0] == 0:
+            if m.tls:
+                failure = self._put(i, cmd.batch, cmd.item_end[cmd.n_items - 1])
+                if failure != NULL:
+                    self._fail_master(i, CONN_ERROR, failure, now)
+            elif m.ctx.obuf != NULL and m.ctx.obuf[0] == 0:
                 # Nothing queued before it (no login, no owed EVAL): the batch goes out straight
                 # from the engine's buffer, without a copy into libhiredis's.
                 self._send_batch(i, cmd, now)
@@ -1340,13 +1434,18 @@ cdef class NativeEngine:
         m.handshake = 0
         return True
 
-    cdef void _handshake(self, Master *m) noexcept nogil:
-        """Queues AUTH and SELECT on a connection that has just connected; they answer first."""
+    cdef const char *_handshake(self, int i) noexcept nogil:
+        """Queues AUTH and SELECT on a connection that has just connected; they answer first.
+        NULL, or why the connection failed."""
+        cdef Master *m = &self.masters[i]
         cdef const char *argv[2]
         cdef size_t argvlen[2]
         cdef char dbtext[24]
+        cdef const char *failure
         if m.auth_argc:
-            redisAppendCommandArgv(m.ctx, m.auth_argc, m.auth_argv, m.auth_len)
+            failure = self._put_argv(i, m.auth_argc, m.auth_argv, m.auth_len)
+            if failure != NULL:
+                return failure
             m.handshake += 1
             m.sent += 1
         if m.select_db >= 0:
@@ -1354,9 +1453,23 @@ cdef class NativeEngine:
             argvlen[0] = 6
             argvlen[1] = format_int(dbtext, m.select_db)
             argv[1] = dbtext
-            redisAppendCommandArgv(m.ctx, 2, argv, argvlen)
+            failure = self._put_argv(i, 2, argv, argvlen)
+            if failure != NULL:
+                return failure
             m.handshake += 1
             m.sent += 1
+        return NULL
+
+    cdef const char *_put_argv(self, int i, int argc, const char **argv,
+                               const size_t *argvlen) noexcept nogil:
+        cdef char *formatted = NULL
+        cdef int length = format_command(&formatted, argc, argv, argvlen)
+        cdef const char *failure
+        if length < 0:
+            return b"out of memory"
+        failure = self._put(i, formatted, length)
+        free(formatted)
+        return failure
 
     cdef int _argv(self, Command *cmd, int k, bint as_eval) noexcept nogil:
         """Lays out item k's command in the engine's argv arrays; returns its argument count."""
@@ -1383,25 +1496,27 @@ cdef class NativeEngine:
             argc += 1
         return argc
 
-    cdef bint _append_eval(self, Master *m, Command *cmd, int k) noexcept nogil:
-        """Queues item k's script as EVAL (with its source); False when out of memory."""
+    cdef const char *_append_eval(self, int i, Command *cmd, int k) noexcept nogil:
+        """Queues item k's script as EVAL (with its source) on master i; NULL, or why not."""
+        cdef Master *m = &self.masters[i]
         cdef int argc, length
         cdef char *formatted = NULL
+        cdef const char *failure
         if m.slot_tail == m.slot_cap:
-            return False
+            return b"out of memory"
         argc = self._argv(cmd, k, True)
         length = format_command(&formatted, argc, self.argv_ptr, self.argv_len)
         if length < 0:
-            return False
-        if redisAppendFormattedCommand(m.ctx, formatted, length) == REDIS_ERR:
-            free(formatted)
-            return False
+            return b"out of memory"
+        failure = self._put(i, formatted, length)
         free(formatted)
+        if failure != NULL:
+            return failure
         m.slots[m.slot_tail] = k
         m.slot_seq[m.slot_tail] = m.sent
         m.slot_tail += 1
         m.sent += 1
-        return True
+        return NULL
 
     cdef void _owe_evals(self, Master *m, Command *cmd) noexcept nogil:
         """The round ends before these script replies came: keep each one's EVAL, in case the
@@ -1430,12 +1545,109 @@ cdef class NativeEngine:
             m.redo_tail = redo
 
     cdef void _write(self, int i, int64_t now) noexcept nogil:
+        cdef const char *failure = self._flush(i)
+        if failure != NULL:
+            self._fail_master(i, CONN_ERROR, failure, now)
+
+    # -- bytes to and from a master: libhiredis's buffers, or a TLS master's channel ----------
+
+    cdef const char *_put(self, int i, const char *data, size_t length) noexcept nogil:
+        """Queues formatted commands; a TLS master's are encrypted and sent at once (as much as
+        the socket takes). NULL, or why the connection failed."""
+        cdef Master *m = &self.masters[i]
+        if m.tls:
+            return self._tls_send(i, data, length)
+        if redisAppendFormattedCommand(m.ctx, data, length) == REDIS_ERR:
+            return b"out of memory"
+        m.want_write = True
+        return NULL
+
+    cdef const char *_flush(self, int i) noexcept nogil:
+        """Writes what is queued, as much as the socket takes; NULL, or why that failed."""
         cdef Master *m = &self.masters[i]
         cdef int done = 0
+        if m.tls:
+            return self._tls_send(i, NULL, 0)
         if redisBufferWrite(m.ctx, &done) == REDIS_ERR:
-            self._fail_master(i, CONN_ERROR, m.ctx.errstr, now)
-            return
+            return m.ctx.errstr
         m.want_write = not done
+        return NULL
+
+    cdef const char *_fill(self, int i) noexcept nogil:
+        """Reads what arrived into the reply reader; NULL, or why the connection failed."""
+        cdef Master *m = &self.masters[i]
+        if m.tls:
+            return self._tls_read(i)
+        if redisBufferRead(m.ctx) == REDIS_ERR:
+            return m.ctx.errstr
+        return NULL
+
+    cdef const char *_resend(self, int i, Redo *redo) noexcept nogil:
+        """Sends an abandoned command's EVAL (late_reply's), whose reply will be dropped too."""
+        cdef Master *m = &self.masters[i]
+        cdef const char *failure = self._put(i, redo.command, redo.length)
+        free_redo(redo)
+        if failure == NULL:
+            m.sent += 1
+            m.stale += 1
+        return failure
+
+    cdef const char *_tls_send(self, int i, const char *data, size_t length) noexcept with gil:
+        cdef Master *m = &self.masters[i]
+        try:
+            channel = self._channels[i]
+            if length:
+                done = channel.write(PyBytes_FromStringAndSize(data, length))
+            else:
+                done = channel.flush()
+        except BaseException as exc:
+            return self._tls_failed(m, exc)
+        m.want_write = not done
+        return NULL
+
+    cdef const char *_tls_read(self, int i) noexcept with gil:
+        cdef Master *m = &self.masters[i]
+        cdef bytes data
+        try:
+            data = self._channels[i].read()
+        except BaseException as exc:
+            return self._tls_failed(m, exc)
+        if data and redisReaderFeed(m.ctx.reader, PyBytes_AS_STRING(data),
+                                    PyBytes_GET_SIZE(data)) == REDIS_ERR:
+            return b"out of memory"
+        return NULL
+
+    cdef int _tls_step(self, int i) noexcept with gil:
+        """One step of a TLS master's handshake, on a confirmed TCP connection (its channel is
+        made at the first): 1 once it is over, 0 while it goes on, -1 failed (see tls_error)."""
+        cdef Master *m = &self.masters[i]
+        try:
+            if not m.has_channel:
+                spec = self.specs[i]
+                self._channels[i] = _tls.TLSChannel.on_fd(
+                    spec.tls, hl_context_fd(m.ctx), spec.host)
+                m.has_channel = True
+            channel = self._channels[i]
+            done = channel.handshake()
+            m.tls_wants_write = channel.wants_write
+        except BaseException as exc:
+            self._tls_failed(m, exc)
+            return -1
+        return 1 if done else 0
+
+    cdef const char *_tls_failed(self, Master *m, exc) noexcept:
+        """Keeps why a TLS master's channel failed (in m.tls_error, which it returns). Anything
+        but an error of the connection (a signal handler's exception) is raised once the round
+        is over, as in _signalled."""
+        cdef bytes text
+        if isinstance(exc, Exception):
+            text = str(exc).encode("utf-8", "replace")
+        else:
+            if self.pending_exc is None:
+                self.pending_exc = exc
+            text = b"interrupted"
+        snprintf(m.tls_error, TLS_WHY_SIZE, b"%s", <char *>text)
+        return m.tls_error
 
     cdef void _service(self, int i, int revents, Command *cmd) noexcept nogil:
         cdef Master *m = &self.masters[i]
@@ -1443,14 +1655,27 @@ cdef class NativeEngine:
         cdef int64_t now = now_ns()
         if m.failed or m.ctx == NULL:
             return
+        cdef const char *failure
         if m.state == CONNECTING:
-            err = hl_socket_error(hl_context_fd(m.ctx))
-            if err:
-                self._fail_master(i, CONN_ERROR, hl_error_text(err), now)
-                return
+            if not m.has_channel:
+                err = hl_socket_error(hl_context_fd(m.ctx))
+                if err:
+                    self._fail_master(i, CONN_ERROR, hl_error_text(err), now)
+                    return
+            if m.tls:
+                err = self._tls_step(i)
+                if err < 0:
+                    self._fail_master(i, CONN_ERROR, m.tls_error, now)
+                    return
+                if err == 0:
+                    return  # the handshake goes on
+                m.want_write = m.tls_wants_write
             m.state = READY
             m.backoff_ms = 0
-            self._handshake(m)
+            failure = self._handshake(i)
+            if failure != NULL:
+                self._fail_master(i, CONN_ERROR, failure, now)
+                return
             self._queue_round(i, cmd, now)
             return
         if revents & POLLOUT:
@@ -1458,8 +1683,9 @@ cdef class NativeEngine:
             if m.failed:
                 return
         if revents & (POLLIN | POLLERR | POLLHUP | POLLNVAL):
-            if redisBufferRead(m.ctx) == REDIS_ERR:
-                self._fail_master(i, CONN_ERROR, m.ctx.errstr, now)
+            failure = self._fill(i)
+            if failure != NULL:
+                self._fail_master(i, CONN_ERROR, failure, now)
                 return
             self._drain(i, cmd, now)
 
@@ -1470,6 +1696,7 @@ cdef class NativeEngine:
         cdef redisReply *reply
         cdef int k
         cdef const char *refused
+        cdef Redo *redo
         cdef char why[WHY_SIZE]
         while True:
             refused = take_reply(m.ctx.reader, &raw, why)
@@ -1487,9 +1714,13 @@ cdef class NativeEngine:
                     freeReplyObject(raw)
                     return
             elif m.stale > 0:
-                late_reply(m, reply)
-                if m.want_write:
-                    self._write(i, now)
+                redo = late_reply(m, reply)
+                if redo != NULL:
+                    refused = self._resend(i, redo)
+                    if refused != NULL:
+                        self._fail_master(i, CONN_ERROR, refused, now)
+                    else:
+                        self._write(i, now)
             elif m.slot_head < m.slot_tail:
                 k = m.slots[m.slot_head]
                 m.slot_head += 1
@@ -1499,8 +1730,9 @@ cdef class NativeEngine:
                         and strncmp(reply.str, b"NOSCRIPT", 8) == 0):
                     # The script cache was flushed: send the source, and wait for that reply.
                     m.scripts_known &= ~cmd.script_bit
-                    if not self._append_eval(m, cmd, k):
-                        self._vote(k, i, ERROR, reply.str)
+                    refused = self._append_eval(i, cmd, k)
+                    if refused != NULL:
+                        self._fail_master(i, CONN_ERROR, refused, now)
                     else:
                         m.want_write = True
                         self._write(i, now)
@@ -1513,6 +1745,10 @@ cdef class NativeEngine:
     cdef void _count(self, Command *cmd, int k, int i, redisReply *reply) noexcept nogil:
         if reply.type == REDIS_REPLY_ERROR:
             self._vote(k, i, ERROR, reply.str)
+            if self.masters[i].named and strncmp(reply.str, b"READONLY", 8) == 0:
+                # a replica now (a failover): this connection goes after the round, and the
+                # master is looked up again
+                self.masters[i].demoted = True
         elif cmd.kind == KIND_SET:
             if (reply.type == REDIS_REPLY_STATUS and reply.len == 2
                     and strncmp(reply.str, b"OK", 2) == 0):
@@ -1571,6 +1807,8 @@ cdef class NativeEngine:
         self.masters[i].slot_head = self.masters[i].slot_tail
         self.masters[i].failed = True
         fail(&self.masters[i], now)
+        if self.masters[i].named:
+            self._look_again(i)
 
 
 @cython.final

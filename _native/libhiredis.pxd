@@ -49,5 +49,6 @@ cdef extern from "hiredis/hiredis.h" nogil:
     int redisFormatCommandArgv(char **target, int argc, const char **argv,
                                const size_t *argvlen)
     void redisFreeCommand(char *cmd)
+    int redisReaderFeed(redisReader *r, const char *buf, size_t len)
     int redisReaderGetReply(redisReader *r, void **reply)
     void freeReplyObject(void *reply)

@@ -6,6 +6,9 @@
 * `masters5`: five session-wide servers, flushed before every test and revived (SIGCONT /
   restart) after a test that stopped or killed some of them.
 * `redis_factory(n)`: n fresh servers for tests that change server configuration.
+* `tls_certs`: the TLS tests' certificates (tests/tls_support.py); `tls_masters5` and
+  `mtls_masters5`: five session-wide servers with a TLS port each (the second five require a
+  client certificate), kept like `masters5`.
 """
 
 from __future__ import annotations
@@ -88,8 +91,9 @@ def redis_server_bin():
 
 
 class ServerPool:
-    def __init__(self, n):
-        self.servers = [RedisServer() for _ in range(n)]
+    def __init__(self, n, **server_options):
+        self.server_options = server_options
+        self.servers = [RedisServer(**server_options) for _ in range(n)]
 
     def heal(self):
         for i, srv in enumerate(self.servers):
@@ -100,7 +104,7 @@ class ServerPool:
                     srv.restart()
                 except PortTaken:
                     srv.cleanup()
-                    self.servers[i] = RedisServer()
+                    self.servers[i] = RedisServer(**self.server_options)
             srv = self.servers[i]
             srv.admin().ping()
 
@@ -133,6 +137,47 @@ def masters5(_pool5):
     _pool5.reset()
     yield list(_pool5.servers)
     _pool5.heal()
+
+
+@pytest.fixture(scope="session")
+def tls_certs(tmp_path_factory):
+    """tls_support.Certs: a CA, server certificates (good, expired, for another name), a client
+    certificate and an unrelated CA, as PEM files in a session-wide temporary directory."""
+    from tls_support import make_certs
+
+    return make_certs(str(tmp_path_factory.mktemp("tls-certs")))
+
+
+@pytest.fixture(scope="session")
+def _tls_pool5(redis_server_bin, tls_certs):
+    pool = ServerPool(5, tls=tls_certs.server("good", auth_clients="no"))
+    yield pool
+    pool.cleanup()
+
+
+@pytest.fixture(scope="session")
+def _mtls_pool5(redis_server_bin, tls_certs):
+    pool = ServerPool(5, tls=tls_certs.server("good", auth_clients="yes"))
+    yield pool
+    pool.cleanup()
+
+
+@pytest.fixture
+def tls_masters5(_tls_pool5):
+    """masters5 with a TLS port each (srv.tls_port, srv.tls_url; good certificate for localhost,
+    127.0.0.1 and ::1; no client certificate asked for). srv.admin() is on the plaintext port."""
+    _tls_pool5.reset()
+    yield list(_tls_pool5.servers)
+    _tls_pool5.heal()
+
+
+@pytest.fixture
+def mtls_masters5(_mtls_pool5):
+    """tls_masters5 whose TLS ports require a client certificate signed by tls_certs.ca
+    (--tls-auth-clients yes)."""
+    _mtls_pool5.reset()
+    yield list(_mtls_pool5.servers)
+    _mtls_pool5.heal()
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
 """Real redis-server processes for the hiredlock test suite (no mocks).
 
 Every server binds 127.0.0.1 on a port chosen by the kernel (bind to port 0, close, hand the
-number to redis-server) and also listens on a unix socket in its own temporary directory.  Other
+number to redis-server) and also listens on a unix socket in its own temporary directory.  A server
+made with `tls=ServerTls(...)` listens for TLS on a second such port too (its plaintext port stays,
+for the admin client and the readiness check); `bind=` adds addresses (e.g. "::1").  Other
 sessions run redis-servers on this machine, so a port can be taken between the probe and the
 start: the start is retried on a fresh port, and a server only counts as started once the process
 answering PING on that port reports *our* pid (INFO server: process_id).
@@ -16,6 +18,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import dataclasses
 import os
 import shutil
 import signal
@@ -23,6 +26,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.parse
 
 import redis
 
@@ -60,6 +64,48 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def ipv6_loopback() -> str | None:
+    """None if this machine can bind ::1, else why it cannot."""
+    if not socket.has_ipv6:
+        return "Python was built without IPv6 support"
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+    except OSError as exc:
+        return f"no IPv6 loopback on this machine (binding ::1: {exc})"
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerTls:
+    """A redis-server's TLS settings: its certificate chain and key, the CA file it trusts for
+    client certificates (in the tests, the CA that signed the servers' certificates too),
+    --tls-auth-clients (no | yes | optional) and, if set, --tls-protocols (e.g. "TLSv1.2")."""
+
+    cert_file: str
+    key_file: str
+    ca_file: str
+    auth_clients: str = "no"
+    protocols: str | None = None
+
+    def args(self, tls_port: int) -> list[str]:
+        args = [
+            "--tls-port",
+            str(tls_port),
+            "--tls-cert-file",
+            self.cert_file,
+            "--tls-key-file",
+            self.key_file,
+            "--tls-ca-cert-file",
+            self.ca_file,
+            "--tls-auth-clients",
+            self.auth_clients,
+        ]
+        if self.protocols is not None:
+            args += ["--tls-protocols", self.protocols]
+        return args
+
+
 def _pdeathsig():
     # Runs in the child between fork and exec: die with the parent (pytest) if it is killed.
     try:
@@ -80,14 +126,25 @@ def _proc_state(pid: int) -> str | None:
 
 
 class RedisServer:
-    """One redis-server child process on 127.0.0.1:<port> plus a unix socket."""
+    """One redis-server child process on 127.0.0.1:<port> plus a unix socket (and, with `tls`,
+    a TLS port on the same addresses).  `bind`: the addresses listened on."""
 
-    def __init__(self, port: int | None = None, *, extra_args: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        extra_args: tuple[str, ...] = (),
+        tls: ServerTls | None = None,
+        bind: tuple[str, ...] = ("127.0.0.1",),
+    ):
         require_redis_server()
         self.dir = tempfile.mkdtemp(prefix="hlredis-")
         self.extra_args = tuple(extra_args)
+        self.tls = tls
+        self.bind = tuple(bind)
         self.proc: subprocess.Popen | None = None
         self.port: int | None = None
+        self.tls_port: int | None = None
         self.stopped = False
         self._admin: redis.Redis | None = None
         self._admin_password: str | None = None
@@ -111,6 +168,13 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     @property
+    def tls_url(self) -> str:
+        """rediss:// URL of the TLS port, trusting the CA of the server's `tls` settings."""
+        assert self.tls is not None and self.tls_port is not None, "not a TLS server"
+        ca = urllib.parse.quote(self.tls.ca_file, safe="/")
+        return f"rediss://127.0.0.1:{self.tls_port}/0?ssl_ca_certs={ca}"
+
+    @property
     def unixsocket(self) -> str:
         return os.path.join(self.dir, "redis.sock")
 
@@ -127,19 +191,23 @@ class RedisServer:
         return os.path.join(self.dir, "redis.log")
 
     def __repr__(self) -> str:
+        tls = f" tls_port={self.tls_port}" if self.tls is not None else ""
         return (
-            f"<RedisServer port={self.port} pid={self.pid} "
+            f"<RedisServer port={self.port}{tls} pid={self.pid} "
             f"alive={self.alive} stopped={self.stopped}>"
         )
 
     # -- lifecycle -------------------------------------------------------------------------
-    def _args(self, port: int) -> list[str]:
+    def _args(self, port: int, tls_port: int | None) -> list[str]:
+        tls = self.tls.args(tls_port) if self.tls is not None else []
         return [
             REDIS_SERVER,
             "--port",
             str(port),
+            # redis-server 7 takes every word up to the next --option as the option's arguments
             "--bind",
-            "127.0.0.1",
+            *self.bind,
+            *tls,
             "--save",
             "",
             "--appendonly",
@@ -162,30 +230,34 @@ class RedisServer:
     def _start_anywhere(self) -> None:
         last = None
         for _ in range(20):
+            port = free_port()
+            tls_port = None
+            while self.tls is not None and tls_port in (None, port):
+                tls_port = free_port()
             try:
-                self._start_on(free_port(), attempts=1)
+                self._start_on(port, attempts=1, tls_port=tls_port)
                 return
             except PortTaken as exc:
                 last = exc
         raise RuntimeError(f"could not start redis-server on a free port: {last}")
 
-    def _start_on(self, port: int, attempts: int) -> None:
+    def _start_on(self, port: int, attempts: int, tls_port: int | None = None) -> None:
         last = None
         for i in range(attempts):
             if i:
                 time.sleep(0.05)
             try:
-                self._spawn_and_wait(port)
+                self._spawn_and_wait(port, tls_port)
                 return
             except PortTaken as exc:
                 last = exc
         raise last  # type: ignore[misc]
 
-    def _spawn_and_wait(self, port: int) -> None:
+    def _spawn_and_wait(self, port: int, tls_port: int | None = None) -> None:
         if os.path.exists(self.unixsocket):
             os.unlink(self.unixsocket)
         proc = subprocess.Popen(
-            self._args(port),
+            self._args(port, tls_port),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -202,7 +274,7 @@ class RedisServer:
                     "Address already in use" in log
                     or "Could not create server TCP listening socket" in log
                 ):
-                    raise PortTaken(f"port {port} in use")
+                    raise PortTaken(f"port {port} or TLS port {tls_port} in use")
                 raise RuntimeError(f"redis-server exited with {rc} on port {port}:\n{log[-3000:]}")
             try:
                 c = redis.Redis(
@@ -232,6 +304,7 @@ class RedisServer:
                 raise PortTaken(f"port {port}: {exc}") from exc
         self.proc = proc
         self.port = port
+        self.tls_port = tls_port
         self.stopped = False
 
     @staticmethod
@@ -293,10 +366,10 @@ class RedisServer:
     def restart(self) -> None:
         """Kill (if alive) and start again on the same port (retried a little: another session
         may grab the port in between, in which case PortTaken is raised)."""
-        port = self.port
+        port, tls_port = self.port, self.tls_port
         self.kill()
         self._admin_password = None
-        self._start_on(port, attempts=40)
+        self._start_on(port, attempts=40, tls_port=tls_port)
 
     def cleanup(self) -> None:
         """Kill by pid and remove the temporary directory.  Idempotent."""
@@ -322,6 +395,16 @@ class RedisServer:
         """A new redis-py client (closed at teardown)."""
         kw.setdefault("socket_timeout", 10)
         c = redis.Redis(host="127.0.0.1", port=self.port, **kw)
+        self._clients.append(c)
+        return c
+
+    def tls_client(self, **kw) -> redis.Redis:
+        """A new redis-py client on the TLS port (closed at teardown); trusts the server's CA
+        unless `ssl_ca_certs` says otherwise."""
+        assert self.tls is not None and self.tls_port is not None, "not a TLS server"
+        kw.setdefault("socket_timeout", 10)
+        kw.setdefault("ssl_ca_certs", self.tls.ca_file)
+        c = redis.Redis(host="127.0.0.1", port=self.tls_port, ssl=True, **kw)
         self._clients.append(c)
         return c
 

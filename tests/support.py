@@ -58,6 +58,14 @@ def assert_no_key(servers, key, msg="", timeout=EVENTUAL):
         time.sleep(0.002)
 
 
+def open_connections(rl):
+    """Opens every master's connection, TLS handshakes included (inspect() waits for every
+    master). An acquire's round ends once a quorum said OK, and a master whose connection opened
+    in that round and completed after it gets no SET from it (the engines queue nothing on a
+    connection still connecting): tests that check a key on every master open them first."""
+    rl.inspect("hiredlock-tests:open-connections")
+
+
 def assert_values(servers, key, expected, msg="", timeout=EVENTUAL):
     """Every server ends up holding `expected` (str tokens are compared as ascii bytes)."""
     if isinstance(expected, str):

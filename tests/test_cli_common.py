@@ -222,7 +222,7 @@ def test_bad_numbers(args):
     [
         ("status", "not-a-url"),
         ("status", "redis://127.0.0.1:99999/0"),
-        ("status", "rediss://127.0.0.1:6379/0"),
+        ("status", "rediss://127.0.0.1:6379/0?ssl_ca_certs=/no/such/ca.pem"),
         ("run", "redis://h:1/x"),
         ("demo", "http://127.0.0.1:6379"),
     ],

@@ -39,13 +39,21 @@ def raises_naming(argname: str, call, *args, **kwargs) -> Exception:
 # -- clients without a readable address -----------------------------------------------------
 
 
-def test_a_sentinel_client_is_refused(engine, canary):
-    sentinel = redis.sentinel.Sentinel([("127.0.0.1", canary.port)], socket_timeout=0.1)
-    client = sentinel.master_for("mymaster")  # no I/O: the address is asked for on first use
-    error = raises_naming("masters[1]", Redlock, [canary.url, client], backend=engine)
-    assert "Sentinel" in str(error)
-    assert "URL" in str(error) and "dict" in str(error)
-    assert not canary.touched()
+def test_a_sentinel_client_becomes_a_sentinel_managed_master(engine):
+    # master_for() does no I/O; its pool names the service and its Sentinel the sentinels
+    sentinel = redis.sentinel.Sentinel(
+        [("127.0.0.1", 1)], sentinel_kwargs={"password": "s3nt"}, password="m4ster"
+    )
+    client = sentinel.master_for("mymaster", db=2)
+    redlock = Redlock([client], backend=engine)
+    try:
+        (spec,) = redlock.masters
+    finally:
+        redlock.close()
+    assert str(spec) == "redis+sentinel://127.0.0.1:1/mymaster/2"
+    assert spec.sentinel.service_name == "mymaster"
+    assert (spec.password, spec.sentinel.password) == ("m4ster", "s3nt")
+    assert "s3nt" not in repr(spec) and "m4ster" not in repr(spec)
 
 
 def test_a_client_whose_pool_has_no_host_is_refused(engine, canary):

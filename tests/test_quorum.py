@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import pytest
 from apis import make_redlock_fixture, pytest_generate_tests  # noqa: F401  (sync and async APIs)
-from support import TOKEN_RE, assert_foreign_intact, assert_no_key, assert_values, set_foreign, urls
+from support import (
+    TOKEN_RE,
+    assert_foreign_intact,
+    assert_no_key,
+    assert_values,
+    open_connections,
+    set_foreign,
+    urls,
+)
 
 CASES = [(n, mask) for n in range(1, 6) for mask in range(2**n)]
 
@@ -17,17 +25,40 @@ def _id(case):
     return f"n{n}-taken{format(mask, f'0{n}b')[::-1]}"
 
 
-@pytest.mark.parametrize("n,mask", CASES, ids=[_id(c) for c in CASES])
-def test_quorum_masks(engine, make_redlock, masters5, key, n, mask):
-    masters = masters5[:n]
-    taken = [m for i, m in enumerate(masters) if mask >> i & 1]
-    free = [m for i, m in enumerate(masters) if not mask >> i & 1]
-    set_foreign(taken, key)
+def check_quorum_mask(
+    make_redlock, masters, addresses, key, taken_mask, down_mask=0, open_first=False
+):
+    """One mask: the masters whose bit is set in `taken_mask` hold a foreign value, those in
+    `down_mask` are killed (the two never overlap); the client names the masters `addresses`
+    (URLs, dicts, ...).  A non-blocking acquire succeeds iff a quorum is free; it raises
+    QuorumUnreachable iff so many are down that no quorum could answer, and returns False
+    otherwise.  Returns the attempt's votes (one per master, in order).  open_first: the
+    client's connections are opened before the acquire (support.open_connections: for TLS
+    masters, whose handshakes may end after the acquire's round)."""
+    from hiredlock import QuorumUnreachable
 
-    rl = make_redlock(urls(masters), retry_count=1, retry_delay=0.01)
+    assert not taken_mask & down_mask
+    n = len(masters)
+    taken = [m for i, m in enumerate(masters) if taken_mask >> i & 1]
+    down = [m for i, m in enumerate(masters) if down_mask >> i & 1]
+    free = [m for i, m in enumerate(masters) if not (taken_mask | down_mask) >> i & 1]
+    set_foreign(taken, key)
+    for m in down:
+        m.kill()
+
+    rl = make_redlock(addresses, retry_count=1, retry_delay=0.01)
+    if open_first:
+        open_connections(rl)  # (the killed masters' connects fail, as the acquire's would)
     assert rl.quorum == n // 2 + 1
     lock = rl.lock(key, 10)
-    got = lock.acquire(blocking=False)
+    unreachable = len(down) > n - rl.quorum
+    if unreachable:
+        with pytest.raises(QuorumUnreachable) as caught:
+            lock.acquire(blocking=False)
+        got, votes = False, caught.value.votes
+    else:
+        got = lock.acquire(blocking=False)
+        votes = lock.last_votes
 
     should = len(free) >= n // 2 + 1
     assert got is should, f"acquire() returned {got!r} with {len(free)} free of {n}"
@@ -46,6 +77,13 @@ def test_quorum_masks(engine, make_redlock, masters5, key, n, mask):
         # A failed attempt unlocks every master: the free ones hold nothing of ours.
     assert_no_key(free, key, "after " + ("release" if got else "failed acquire"))
     assert_foreign_intact(taken, key)
+    return votes
+
+
+@pytest.mark.parametrize("n,mask", CASES, ids=[_id(c) for c in CASES])
+def test_quorum_masks(engine, make_redlock, masters5, key, n, mask):
+    masters = masters5[:n]
+    check_quorum_mask(make_redlock, masters, urls(masters), key, mask)
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 5])

@@ -60,7 +60,9 @@ BAD_URLS = {
     "db-query-not-a-number": f"redis://user:{SECRET}@127.0.0.1:6379?db=x",
     "unknown-parameter": f"redis://user:{SECRET}@127.0.0.1:6379/0?timeout=1",
     "scheme-http": f"http://user:{SECRET}@127.0.0.1:6379/0",
-    "scheme-rediss": f"rediss://user:{SECRET}@127.0.0.1:6379/0",
+    "rediss-bad-cert-reqs": f"rediss://user:{SECRET}@127.0.0.1:6379/0?ssl_cert_reqs=maybe",
+    "rediss-missing-ca-file": f"rediss://user:{SECRET}@127.0.0.1:6379/0?ssl_ca_certs=/no/ca.pem",
+    "rediss-ssl-password": f"rediss://127.0.0.1:6379/0?ssl_certfile=/no/c.pem&ssl_password={SECRET}",
     "no-host": f"redis://user:{SECRET}@/0",
     "unix-no-path": f"unix://user:{SECRET}@",
     "bad-ipv6": f"redis://user:{SECRET}@[::1/0",
@@ -70,7 +72,7 @@ BAD_URLS = {
     "at-sign-in-password": f"redis://user:p@{SECRET}@127.0.0.1:notaport/0",
     "query-password-bad-port": f"redis://127.0.0.1:notaport/0?password={SECRET}",
     "query-password-unknown-parameter": f"redis://127.0.0.1:6379/0?password={SECRET}&timeout=1",
-    "query-password-rediss": f"rediss://127.0.0.1:6379/0?password={SECRET}",
+    "query-password-rediss": f"rediss://127.0.0.1:6379/0?password={SECRET}&timeout=1",
     "query-password-http": f"http://127.0.0.1:6379/0?db=0&password={SECRET}",
 }
 
@@ -150,7 +152,7 @@ def test_master_spec_repr_and_str_hide_the_password():
     assert_hidden(str(spec))
     assert "password='***'" in repr(spec)
     assert "username='alice'" in repr(spec)
-    assert repr(MasterSpec(host="h")).endswith("password=None)")  # none set: none hidden
+    assert repr(MasterSpec(host="h")).endswith("password=None, tls=None, sentinel=None)")  # none set: none hidden
 
 
 def test_redlock_masters_and_their_reprs_hide_the_password(engine, canary):
@@ -244,11 +246,13 @@ def test_demo_sellers_do_not_carry_passwords_on_their_command_line(redis_factory
     urls = ",".join(f"redis://:{SECRET}@127.0.0.1:{server.port}/0" for server in servers)
     proc = start("demo", "--masters", urls, "--workers", "2", "--tickets", "30")
     sellers_seen = False
-    demo_cmdline = _cmdline(proc.pid)
     try:
         while proc.poll() is None:
             # Every local user can read every command line (ps); the demo's own is the user's,
-            # and so is that of a child between fork() and exec(), which still shows it.
+            # and so is that of a child between fork() and exec(), which still shows it. (Read
+            # here, not once at the start: right after Popen the demo may not have exec'd its
+            # interpreter yet.)
+            demo_cmdline = _cmdline(proc.pid)
             for pid in processes_mentioning(SECRET):
                 assert pid == proc.pid or _cmdline(pid) in (demo_cmdline, None), pid
             sellers_seen = sellers_seen or bool(processes_mentioning(f'"parent": {proc.pid}'))

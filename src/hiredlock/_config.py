@@ -11,13 +11,30 @@ from typing import Any, Callable, Optional, Union
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from ._scripts import FENCE_KEY_PREFIX, MAX_TTL_MS
+from ._sentinel import DEFAULT_SENTINEL_PORT, SentinelGroup
+from ._tls import TLS_OPTIONS, TLSConfig, tls_config
 
 Duration = Union[int, float, datetime.timedelta]
 MasterLike = Union[str, dict, Any]  # a URL, a dict of options, or a redis-py client
 
 DEFAULT_PORT = 6379
 MAX_DB = 2**31 - 1  # Redis numbers its databases with a C int
-_DICT_KEYS = frozenset({"host", "port", "db", "username", "password", "path"})
+_ADDRESS_KEYS = frozenset({"host", "port", "db", "username", "password", "path"})
+_SENTINEL_KEYS = frozenset(
+    {"sentinels", "sentinel", "service_name", "sentinel_username", "sentinel_password"}
+)
+_DICT_KEYS = _ADDRESS_KEYS | {"ssl"} | TLS_OPTIONS | _SENTINEL_KEYS
+# A rediss:// URL's query may carry these (a context or a CA's text has no place in a URL).
+_URL_TLS_PARAMETERS = TLS_OPTIONS - {"ssl_context", "ssl_ca_data"}
+# What a redis-py client with TLS may have set that hiredlock does not do: refused, not ignored.
+_CLIENT_TLS_UNSUPPORTED = (
+    "ssl_validate_ocsp",
+    "ssl_validate_ocsp_stapled",
+    "ssl_ocsp_context",
+    "ssl_ocsp_expected_cert",
+    "ssl_include_verify_flags",
+    "ssl_exclude_verify_flags",
+)
 
 # -- redaction ---------------------------------------------------------------------------------
 
@@ -59,7 +76,9 @@ def _shown(value: Any) -> str:
 
 @dataclass(frozen=True)
 class MasterSpec:
-    """Where one master lives and how to log in. `path` set means a unix socket."""
+    """Where one master lives and how to log in. `path` set means a unix socket; `tls` set, a
+    TLS connection (rediss://); `sentinel` set, a Sentinel group's master, wherever the sentinels
+    say it is (host and path are None)."""
 
     host: Optional[str] = None
     port: int = DEFAULT_PORT
@@ -67,9 +86,14 @@ class MasterSpec:
     db: int = 0
     username: Optional[str] = None
     password: Optional[str] = None
+    tls: Optional[TLSConfig] = None
+    sentinel: Optional[SentinelGroup] = None
 
     def identity(self) -> tuple:
         """Two specs with the same identity are the same master (duplicates are refused)."""
+        if self.sentinel is not None:
+            places = frozenset((host.lower(), port) for host, port in self.sentinel.sentinels)
+            return ("sentinel", places, self.sentinel.service_name, self.db)
         if self.path is not None:
             return ("unix", self.path, self.db)
         return ("tcp", (self.host or "").lower(), self.port, self.db)
@@ -77,8 +101,12 @@ class MasterSpec:
     def __str__(self) -> str:  # the master's name in votes and messages: no credentials
         if self.path is not None:
             return f"unix://{self.path}?db={self.db}"
+        if self.sentinel is not None:
+            scheme = "redis+sentinel" if self.tls is None else "rediss+sentinel"
+            return f"{scheme}://{self.sentinel}/{self.db}"
         host = f"[{self.host}]" if self.host and ":" in self.host else self.host
-        return f"redis://{host}:{self.port}/{self.db}"
+        scheme = "redis" if self.tls is None else "rediss"
+        return f"{scheme}://{host}:{self.port}/{self.db}"
 
     def __repr__(self) -> str:  # says whether a password is set, never which
         fields = ", ".join(
@@ -128,13 +156,19 @@ def _parse_client(pool: Any, kwargs: dict, where: str) -> MasterSpec:
     classes = f"{type(pool).__name__} {getattr(connection_class, '__name__', '')}".lower()
     instead = "pass the current master's address as a URL or dict instead"
     if "sentinel" in classes:
-        # its pool asks the sentinels for the master's address only when it connects
-        raise ValueError(
-            f"{where}: a Sentinel-managed client has no address to read; {instead} "
-            "(Sentinel is not supported yet)"
+        # Sentinel.master_for()'s pool: its service name and its Sentinel, both public
+        manager = getattr(pool, "sentinel_manager", None)
+        service_name = getattr(pool, "service_name", None)
+        if manager is None or service_name is None:
+            raise ValueError(f"{where}: this Sentinel client names no sentinels; {instead}")
+        options = {"sentinel": manager, "service_name": service_name}
+        options.update(
+            (key, kwargs[key]) for key in ("db", "username", "password") if kwargs.get(key)
         )
+        return _parse_dict(options, where)
+    tls_options: dict[str, Any] = {}
     if "ssl" in classes:
-        raise ValueError(f"{where}: TLS connections are not supported yet")
+        tls_options = _client_tls_options(kwargs, where)
     if kwargs.get("credential_provider") is not None:
         raise ValueError(
             f"{where}: the client's credentials come from a credential_provider, which hiredlock "
@@ -145,8 +179,25 @@ def _parse_client(pool: Any, kwargs: dict, where: str) -> MasterSpec:
             f"{where}: the client's connection pool names no host and no unix socket path, so "
             f"its address cannot be read; {instead}"
         )
-    picked = {key: kwargs.get(key) for key in _DICT_KEYS if kwargs.get(key) is not None}
-    return _parse_dict(picked, where)
+    picked = {key: kwargs.get(key) for key in _ADDRESS_KEYS if kwargs.get(key) is not None}
+    return _parse_dict({**picked, **tls_options}, where)
+
+
+def _client_tls_options(kwargs: dict, where: str) -> dict[str, Any]:
+    """A redis-py TLS client's settings, as this module's ssl_* options."""
+    for key in _CLIENT_TLS_UNSUPPORTED:
+        if kwargs.get(key):
+            raise ValueError(f"{where}: the client sets {key}, which hiredlock does not support")
+    options: dict[str, Any] = {"ssl": True}
+    for key in TLS_OPTIONS - {"ssl_context", "ssl_server_hostname"}:
+        if kwargs.get(key) is not None:
+            options[key] = kwargs[key]
+    # redis-py's own defaults, where the client left them unset
+    options.setdefault("ssl_cert_reqs", "required")
+    options.setdefault("ssl_check_hostname", False)
+    if options["ssl_cert_reqs"] is None:
+        options["ssl_cert_reqs"] = "none"
+    return options
 
 
 def _parse_dict(options: dict, where: str) -> MasterSpec:
@@ -157,6 +208,10 @@ def _parse_dict(options: dict, where: str) -> MasterSpec:
     host = _text_option(options, "host", where)
     if path is not None and host is not None:
         raise ValueError(f"{where}: give either host or path (unix socket), not both")
+    if "sentinels" in options or "sentinel" in options:
+        return _parse_sentinel_dict(options, host, path, where)
+    for key in sorted(_SENTINEL_KEYS.intersection(options)):
+        raise ValueError(f"{where}: {key} needs sentinels (a Sentinel-managed master)")
     if path is None and host is None:
         host = "localhost"
     if path is not None:
@@ -164,6 +219,7 @@ def _parse_dict(options: dict, where: str) -> MasterSpec:
     if host is not None:
         _check_host(host, where)
     port = _int_option(options, "port", DEFAULT_PORT, 1, 65535, where)
+    tls = _tls_option(options, path, where)
     return MasterSpec(
         host=host,
         port=port if path is None else DEFAULT_PORT,
@@ -171,7 +227,108 @@ def _parse_dict(options: dict, where: str) -> MasterSpec:
         db=_int_option(options, "db", 0, 0, MAX_DB, where),
         username=_text_option(options, "username", where) or None,
         password=_text_option(options, "password", where) or None,
+        tls=tls,
     )
+
+
+def _parse_sentinel_dict(
+    options: dict, host: Optional[str], path: Optional[str], where: str
+) -> MasterSpec:
+    """A Sentinel group's master: `sentinels` (host:port strings or (host, port) pairs) or a
+    redis-py `sentinel` (its sentinels and credentials are read), and `service_name`."""
+    if host is not None or path is not None or "port" in options:
+        raise ValueError(
+            f"{where}: a Sentinel-managed master has no host, port or path of its own "
+            "(the sentinels say where it is)"
+        )
+    given = options.get("sentinel")
+    if given is not None:
+        if "sentinels" in options:
+            raise ValueError(f"{where}: give sentinels or sentinel (a redis-py Sentinel), not both")
+        options = {**_redis_py_sentinel(given, where), **options}
+    places = options.get("sentinels")
+    if isinstance(places, (str, bytes)) or not hasattr(places, "__iter__"):
+        raise TypeError(f"{where}: sentinels must be a list of 'host:port' or (host, port)")
+    sentinels = tuple(_sentinel_place(place, where) for place in places)
+    if not sentinels:
+        raise ValueError(f"{where}: sentinels must name at least one sentinel")
+    service_name = _text_option(options, "service_name", where)
+    if not service_name:
+        raise ValueError(f"{where}: a Sentinel-managed master needs its service_name")
+    group = SentinelGroup(
+        sentinels,
+        service_name,
+        _text_option(options, "sentinel_username", where) or None,
+        _text_option(options, "sentinel_password", where) or None,
+    )
+    return MasterSpec(
+        host=None,
+        port=DEFAULT_PORT,
+        db=_int_option(options, "db", 0, 0, MAX_DB, where),
+        username=_text_option(options, "username", where) or None,
+        password=_text_option(options, "password", where) or None,
+        tls=_tls_option(options, None, where),
+        sentinel=group,
+    )
+
+
+def _sentinel_place(place: Any, where: str) -> tuple[str, int]:
+    if isinstance(place, str):
+        host, colon, port = place.rpartition(":")
+        if not colon:
+            host, port = place, str(DEFAULT_SENTINEL_PORT)
+        host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+        place = (host, port)
+    if not isinstance(place, (tuple, list)) or len(place) != 2:
+        raise ValueError(
+            f"{where}: each sentinel must be 'host:port' or a (host, port) pair, got {place!r}"
+        )
+    options = {"host": place[0], "port": place[1]}
+    host = _text_option(options, "host", where)
+    if not host:
+        raise ValueError(f"{where}: a sentinel's host must not be empty")
+    _check_host(host, where)
+    return host, _int_option(options, "port", DEFAULT_SENTINEL_PORT, 1, 65535, where)
+
+
+def _redis_py_sentinel(sentinel: Any, where: str) -> dict[str, Any]:
+    """The sentinels and credentials of a redis-py Sentinel (its public attributes)."""
+    clients = getattr(sentinel, "sentinels", None)
+    if not isinstance(clients, list):
+        raise TypeError(
+            f"{where}: sentinel must be a redis-py Sentinel, not {type(sentinel).__name__}"
+        )
+    places = []
+    for client in clients:
+        kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", None)
+        if not isinstance(kwargs, dict) or kwargs.get("host") is None:
+            raise ValueError(f"{where}: a sentinel of this redis-py Sentinel has no address")
+        places.append((kwargs["host"], kwargs.get("port", DEFAULT_SENTINEL_PORT)))
+    options: dict[str, Any] = {"sentinels": places}
+    own = getattr(sentinel, "sentinel_kwargs", None) or {}
+    for key in ("username", "password"):
+        if own.get(key):
+            options[f"sentinel_{key}"] = own[key]
+    master = getattr(sentinel, "connection_kwargs", None) or {}
+    options.update((key, master[key]) for key in ("username", "password") if master.get(key))
+    return options
+
+
+def _tls_option(options: dict, path: Optional[str], where: str) -> Optional[TLSConfig]:
+    """The master's TLS settings (ssl=True, or an ssl_context), or None for plain TCP."""
+    use = options.get("ssl", False)
+    if not isinstance(use, bool):
+        raise TypeError(f"{where}: ssl must be a bool, not {type(use).__name__}")
+    given = sorted(key for key in options if key in TLS_OPTIONS)
+    if options.get("ssl_context") is not None:
+        use = True
+    if not use:
+        if given:
+            raise ValueError(f"{where}: {', '.join(given)} given without ssl=True")
+        return None
+    if path is not None:
+        raise ValueError(f"{where}: TLS (ssl) works over TCP only, not on a unix socket")
+    return tls_config(options, where)
 
 
 def _text_option(options: dict, key: str, where: str) -> Optional[str]:
@@ -230,9 +387,14 @@ def _parse_url(url: str, where: str) -> MasterSpec:
     def bad_url(reason: str) -> ValueError:
         return ValueError(f"{where}: bad URL {_shown_url(url)!r}: {reason}")
 
+    if url.startswith(("redis+sentinel://", "rediss+sentinel://")):
+        return _parse_sentinel_url(url, where, bad_url)
     parts, port = _split_url(url, bad_url)
     query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
-    unknown = sorted(set(query) - {"db", "password", "username"})
+    allowed = {"db", "password", "username"}
+    if parts.scheme == "rediss":
+        allowed |= _URL_TLS_PARAMETERS
+    unknown = sorted(set(query) - allowed)
     if unknown:
         raise bad_url(f"unknown parameter(s) {', '.join(unknown)}")
     options: dict[str, Any] = {}
@@ -245,7 +407,10 @@ def _parse_url(url: str, where: str) -> MasterSpec:
             options[key] = query[key]
     if "db" in query:
         options["db"] = _url_db(query["db"], bad_url)
-    if parts.scheme == "redis":
+    if parts.scheme == "rediss":
+        options["ssl"] = True
+        options.update((key, query[key]) for key in _URL_TLS_PARAMETERS if key in query)
+    if parts.scheme in ("redis", "rediss"):
         if not parts.hostname:
             raise bad_url("no host")
         options["host"] = parts.hostname
@@ -258,10 +423,48 @@ def _parse_url(url: str, where: str) -> MasterSpec:
         if not parts.path:
             raise bad_url("no socket path")
         options["path"] = parts.path
-    elif parts.scheme == "rediss":
-        raise ValueError(f"{where}: TLS (rediss://) is not supported yet: {_shown_url(url)!r}")
     else:
-        raise bad_url("expected redis://host:port/db or unix:///path?db=N")
+        raise bad_url("expected redis://host:port/db, rediss://host:port/db or unix:///path?db=N")
+    return _parse_dict(options, where)
+
+
+def _parse_sentinel_url(url: str, where: str, bad_url: Callable[[str], ValueError]) -> MasterSpec:
+    """redis+sentinel://[user:password@]host:port[,host:port...]/service_name[/db][?query]: the
+    credentials are the master's; sentinel_username and sentinel_password the sentinels'."""
+    scheme, _, rest = url.partition("://")
+    rest, _, query_text = rest.partition("?")
+    rest, _, _fragment = rest.partition("#")
+    netloc, _, path = rest.partition("/")
+    query = {key: values[-1] for key, values in parse_qs(query_text).items()}
+    allowed = {"db", "password", "username", "sentinel_username", "sentinel_password"}
+    options: dict[str, Any] = {}
+    if scheme == "rediss+sentinel":
+        allowed |= _URL_TLS_PARAMETERS
+        options["ssl"] = True
+    unknown = sorted(set(query) - allowed)
+    if unknown:
+        raise bad_url(f"unknown parameter(s) {', '.join(unknown)}")
+    options.update(query)
+    credentials, at, hosts = netloc.rpartition("@")
+    if at:
+        username, colon, password = credentials.partition(":")
+        if username:
+            options["username"] = unquote(username)
+        if colon and password:
+            options["password"] = unquote(password)
+    if not hosts:
+        raise bad_url("no sentinel host")
+    options["sentinels"] = [place for place in hosts.split(",") if place]
+    segments = [segment for segment in path.split("/") if segment]
+    if not segments:
+        raise bad_url("no service name (redis+sentinel://host:port/service_name/db)")
+    if len(segments) > 2:
+        raise bad_url("expected /service_name or /service_name/db after the sentinels")
+    options["service_name"] = unquote(segments[0])
+    if len(segments) == 2:
+        options["db"] = _url_db(segments[1], bad_url)
+    elif "db" in options:
+        options["db"] = _url_db(options["db"], bad_url)
     return _parse_dict(options, where)
 
 

@@ -48,6 +48,8 @@ from ._scripts import (
     Outcome,
     quorum,
 )
+from ._sentinel import SentinelGroup
+from ._tls import TLSChannel, TLSError
 
 OK = int(Outcome.OK)
 TAKEN = int(Outcome.TAKEN)
@@ -69,6 +71,11 @@ _READY = 2
 # read; bytes too, but if that reply says NOSCRIPT those bytes (the script's EVAL) are sent then,
 # so that a master that answered late still runs the release or extend it was sent.
 _LOGIN = "login"
+
+_SENTINEL_CHECK_NS = int(_resolver.SENTINEL_CHECK_S * 1e9)
+
+# A TLS master's `unsent`: its channel keeps what the socket did not take yet.
+_IN_CHANNEL = memoryview(b"")
 
 _CONNECT_MIN_NS = int(CONNECT_TIMEOUT_MIN_MS * 1_000_000)
 _MAX_DETAIL = 400  # characters of an error text kept in a vote (as the native engine)
@@ -108,9 +115,13 @@ class _Master:
     """One master's connection and what it still owes us."""
 
     __slots__ = (
+        "address",
         "backoff_ms",
         "busy",
+        "channel",
+        "check_after",
         "deadline",
+        "demoted",
         "down_until",
         "fd",
         "fresh",
@@ -121,6 +132,7 @@ class _Master:
         "login_due",
         "n_login",
         "owed",
+        "place",
         "reader",
         "scripts",
         "sock",
@@ -135,8 +147,21 @@ class _Master:
     def __init__(self, index: int, spec: MasterSpec) -> None:
         self.index = index
         self.spec = spec
+        # what _resolver looks up for this master's address (a host name, or a Sentinel
+        # group), or None: a unix socket or a numeric address needs no lookup
+        self.place: Any = None
+        if spec.sentinel is not None:
+            self.place = spec.sentinel
+        elif spec.path is None and _resolver.numeric_family(spec.host) is None:  # type: ignore[arg-type]
+            self.place = (spec.host, spec.port)
+        self.demoted = False  # answered READONLY in this round (a replica now)
+        self.address: Any = None  # the looked-up address its connection went to
+        self.check_after = 0  # (a Sentinel group's) when to compare it with the cache's again
         self.login, self.n_login = _login_commands(spec)
         self.sock: Optional[socket.socket] = None
+        # a TLS master's channel (see _tls.py), made once the TCP connect is confirmed: every
+        # byte of the connection goes through it
+        self.channel: Optional[TLSChannel] = None
         self.fd = -1
         self.state = _DOWN
         self.reader = Reader()
@@ -163,6 +188,7 @@ class _Master:
 
     def open(self, address: Any) -> None:
         """Starts a non-blocking connect (a unix socket path, or a resolved Address)."""
+        self.address = address
         if self.spec.path is not None:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # type: ignore[attr-defined]
             target: Any = self.spec.path
@@ -181,7 +207,9 @@ class _Master:
             raise
         self.sock = sock
         self.fd = sock.fileno()
-        self.state = _READY if error == 0 else _CONNECTING
+        self.channel = None
+        # (a TLS connection is not ready before its handshake: _Round._connected runs it)
+        self.state = _READY if error == 0 and self.spec.tls is None else _CONNECTING
         self.reader = Reader()
         self.owed = deque()
         self.scripts = set()
@@ -191,6 +219,13 @@ class _Master:
 
     def push(self, data: bytes) -> Optional[str]:
         """Writes what the socket takes now; the rest waits in `unsent`. An error text, or None."""
+        if self.channel is not None:
+            try:
+                if not self.channel.write(data):
+                    self.unsent = _IN_CHANNEL
+            except TLSError as exc:
+                return str(exc)
+            return None
         if self.unsent is not None:
             self.unsent = memoryview(bytes(self.unsent) + data)
             return None
@@ -224,6 +259,7 @@ class _Master:
         sock, self.sock = self.sock, None
         if sock is not None:
             sock.close()
+        self.channel = None
         self.fd = -1
         self.state = _DOWN
         self.owed = deque()
@@ -501,6 +537,15 @@ class _Round:
             return
         end = self.ended_ns = time.monotonic_ns()
         for master in self.masters:
+            if master.demoted:
+                # It answered READONLY: a replica since a failover. Its connection goes, and
+                # where the master is now is asked again.
+                master.demoted = False
+                if master.sock is not None:
+                    if self.before_close is not None:
+                        self.before_close(master.fd)
+                    master.drop()
+                _resolver.refresh(master.place)
             if master.sock is not None:
                 if master.state == _CONNECTING:
                     # Nothing was sent on it: closing loses nothing. Past its deadline it failed.
@@ -531,7 +576,7 @@ class _Round:
     def watch(self, master: _Master) -> None:
         # _events_wanted, written out: this runs for every master of every round
         if master.state == _CONNECTING:
-            events = POLLOUT
+            events = POLLOUT if master.channel is None else _handshake_events(master.channel)
         else:
             events = POLLIN if master.unsent is None else POLLIN | POLLOUT
         self.poller.register(master.fd, events)
@@ -548,6 +593,8 @@ class _Round:
         if self.before_close is not None and master.sock is not None:
             self.before_close(master.fd)
         master.failed(time.monotonic_ns(), detail, unreached)
+        if master.place is not None:  # its address may have moved: a failover, a DNS change
+            _resolver.refresh(master.place)
 
     # -- I/O -------------------------------------------------------------------------------------
 
@@ -575,11 +622,31 @@ class _Round:
         self.watch(master)
 
     def _connected(self, master: _Master) -> None:
-        """Finishes a non-blocking connect; then the login and the round's commands go."""
-        error = master.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)  # type: ignore[union-attr]
-        if error:
-            self.fail(master, CONN_ERROR, os.strerror(error), unreached=True)
-            return
+        """Finishes a non-blocking connect (and a TLS master's handshake, step by step); then the
+        login and the round's commands go."""
+        tls = master.spec.tls
+        if master.channel is None:
+            error = master.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)  # type: ignore[union-attr]
+            if error:
+                self.fail(master, CONN_ERROR, os.strerror(error), unreached=True)
+                return
+            if tls is not None:
+                try:
+                    master.channel = TLSChannel(tls, master.sock, master.spec.host)  # type: ignore[arg-type]
+                except TLSError as exc:
+                    self.fail(master, CONN_ERROR, str(exc), unreached=True)
+                    return
+        if master.channel is not None and master.state == _CONNECTING:
+            try:
+                done = master.channel.handshake()
+            except TLSError as exc:
+                self.fail(master, CONN_ERROR, str(exc), unreached=True)
+                return
+            if not done:
+                self.watch(master)  # (what the handshake waits for now)
+                return
+            if master.channel.wants_write:
+                master.unsent = _IN_CHANNEL
         master.state = _READY
         master.backoff_ms = 0
         self.retire(master)
@@ -587,6 +654,16 @@ class _Round:
 
     def _flush(self, master: _Master) -> bool:
         """Writes more of what the socket did not take; False when the connection failed."""
+        if master.channel is not None:
+            try:
+                done = master.channel.flush()
+            except TLSError as exc:
+                self.fail(master, CONN_ERROR, str(exc))
+                return False
+            if done:
+                master.unsent = None
+                self.poller.register(master.fd, POLLIN)
+            return True
         unsent = master.unsent
         try:
             sent = master.sock.send(unsent)  # type: ignore[union-attr,arg-type]
@@ -604,16 +681,25 @@ class _Round:
 
     def _read(self, master: _Master) -> bool:
         """Reads what arrived and counts every whole reply; False when the connection failed."""
-        try:
-            data = master.sock.recv(_RECV_BYTES)  # type: ignore[union-attr]
-        except BlockingIOError:
-            return True
-        except OSError as exc:
-            self.fail(master, CONN_ERROR, _os_error_text(exc))
-            return False
-        if not data:
-            self.fail(master, CONN_ERROR, "connection closed by the master")
-            return False
+        if master.channel is not None:
+            try:
+                data = master.channel.read()
+            except TLSError as exc:
+                self.fail(master, CONN_ERROR, str(exc))
+                return False
+            if not data:
+                return True  # TLS records only, so far
+        else:
+            try:
+                data = master.sock.recv(_RECV_BYTES)  # type: ignore[union-attr]
+            except BlockingIOError:
+                return True
+            except OSError as exc:
+                self.fail(master, CONN_ERROR, _os_error_text(exc))
+                return False
+            if not data:
+                self.fail(master, CONN_ERROR, "connection closed by the master")
+                return False
         reader = master.reader
         reader.feed(data)
         owed = master.owed
@@ -647,6 +733,12 @@ class _Round:
                         owed.append(entry)
                         master.todo += 1
                         continue
+                if (
+                    type(reply) is ReplyError
+                    and master.place is not None
+                    and reply.text.startswith("READONLY")
+                ):
+                    master.demoted = True  # a replica now: see end()
                 votes.count(entry, master.index, self.kind, reply)
             elif entry is _LOGIN:
                 if type(reply) is ReplyError:
@@ -693,8 +785,13 @@ def _events_wanted(master: _Master) -> int:
     """What a round waits for on a master's socket: the end of its connect, or replies (and room
     for what is left to write)."""
     if master.state == _CONNECTING:
-        return POLLOUT
+        return POLLOUT if master.channel is None else _handshake_events(master.channel)
     return POLLIN if master.unsent is None else POLLIN | POLLOUT
+
+
+def _handshake_events(channel: TLSChannel) -> int:
+    """What a TLS handshake in progress waits for: the server's records (and room to send)."""
+    return POLLIN | POLLOUT if channel.wants_write else POLLIN
 
 
 def run_blocking(rnd: _Round) -> list[RoundResult]:
@@ -732,9 +829,7 @@ class PythonEngine:
         self._masters = [_Master(index, spec) for index, spec in enumerate(masters)]
         self._quorum = quorum_size if quorum_size is not None else quorum(len(self._masters))
         self._generation = _fork.generation
-        _resolver.prefetch(
-            [(spec.host, spec.port) for spec in masters if spec.path is None and spec.host]
-        )
+        _resolver.prefetch([master.place for master in self._masters if master.place is not None])
 
     def set_nx(
         self,
@@ -888,15 +983,24 @@ class PythonEngine:
         """Reads the replies an idle connection received; False when it cannot be used."""
         reader = master.reader
         owed = master.owed
+        channel = master.channel
         while True:
-            try:
-                data = master.sock.recv(_RECV_BYTES)  # type: ignore[union-attr]
-            except BlockingIOError:
-                return True
-            except OSError:
-                return False
-            if not data:
-                return False  # closed by the master
+            if channel is not None:
+                try:
+                    data = channel.read()
+                except TLSError:
+                    return False
+                if not data:
+                    return True
+            else:
+                try:
+                    data = master.sock.recv(_RECV_BYTES)  # type: ignore[union-attr]
+                except BlockingIOError:
+                    return True
+                except OSError:
+                    return False
+                if not data:
+                    return False  # closed by the master
             reader.feed(data)
             while True:
                 try:
@@ -923,6 +1027,7 @@ class PythonEngine:
     def _start(self, rnd: _Round, t0: int, honour_backoff: bool) -> None:
         """Writes the round's commands to every connected master, then opens the connections
         that are missing."""
+        self._follow_sentinels(t0)
         to_open = []
         for master in self._masters:
             master.fresh = False
@@ -951,20 +1056,38 @@ class PythonEngine:
             spec = master.spec
             if spec.path is not None:
                 self._open(master, rnd, None)
+            elif master.place is not None:
+                named.append(master)
             else:
                 family = _resolver.numeric_family(spec.host)  # type: ignore[arg-type]
-                if family is None:
-                    named.append(master)
-                else:
-                    self._open(master, rnd, _resolver.Address(family, spec.host, spec.port))
+                self._open(master, rnd, _resolver.Address(family, spec.host, spec.port))
         if named:
             wait_s = max(0, rnd.deadline - time.monotonic_ns()) / 1e9
-            places = [(master.spec.host, master.spec.port) for master in named]
+            places = [master.place for master in named]
             for master, address in zip(named, _resolver.lookup_many(places, wait_s)):
                 if isinstance(address, str):  # no address: the resolver says why
                     rnd.fail(master, CONN_ERROR, address, unreached=True)
                 else:
                     self._open(master, rnd, address)
+
+    def _follow_sentinels(self, now: int) -> None:
+        """Drops the connection of a Sentinel group's master when the sentinels name another one
+        now (a failover): this round connects to the new one. A cache read (at most every
+        SENTINEL_CHECK_S): _resolver asks the sentinels in the background."""
+        due = [
+            master
+            for master in self._masters
+            if master.sock is not None
+            and isinstance(master.place, SentinelGroup)
+            and now >= master.check_after
+        ]
+        if not due:
+            return
+        answers = _resolver.lookup_many([master.place for master in due], 0.0)
+        for master, answer in zip(due, answers):
+            master.check_after = now + _SENTINEL_CHECK_NS
+            if not isinstance(answer, str) and answer != master.address:
+                master.drop()
 
     def _open(self, master: _Master, rnd: _Round, address: Any) -> None:
         """Starts a master's new connection; its login and the commands go once it is up."""

@@ -1,5 +1,6 @@
 """Host names to addresses, kept out of the rounds: a cache with a bounded lifetime, lookups made
-in the background, and a bounded wait for the first answer.
+in the background, and a bounded wait for the first answer. A Sentinel group's current master is
+looked up the same way (a "place" is a (host, port) pair or a _sentinel.SentinelGroup).
 
 getaddrinfo() blocks for as long as the system resolver takes (seconds when a DNS server does not
 answer) and cannot be cancelled. So no round calls it: each lookup runs in a short-lived daemon
@@ -13,6 +14,8 @@ thread of its own, at most one per (host, port) at a time, and a round only read
   caller has waited for it: a resolver that never answers costs the first round that needs the
   name one master timeout, and the later rounds nothing. Refreshes and retries after a failure
   happen in the background while the last answer (or error) serves.
+- refresh(place) starts a new lookup at once: the engines call it when a master they reached by a
+  looked-up address failed them (its address may have moved: a failover, a DNS change).
 """
 
 from __future__ import annotations
@@ -24,7 +27,15 @@ import time
 from collections.abc import Sequence
 from typing import NamedTuple, Optional, Union
 
+from ._sentinel import SentinelGroup, SentinelLookupError
+
 ANSWER_LIFETIME_S = 30.0
+# A Sentinel group's master is asked again this often while rounds use it: after a failover the
+# old master may stay writable (until the sentinels demote it, seconds later), and rounds must not
+# keep taking locks there.
+SENTINEL_ANSWER_LIFETIME_S = 1.0
+# How often the engines compare a connected Sentinel master's address with the cache's.
+SENTINEL_CHECK_S = 0.1
 STALE_LIFETIME_S = 300.0
 FAILURE_LIFETIME_S = 1.0
 
@@ -38,6 +49,7 @@ class Address(NamedTuple):
 
 
 Lookup = Union[Address, str]  # the address, or why there is none
+Place = Union[tuple[str, int], SentinelGroup]  # what is looked up
 
 
 def numeric_family(host: str) -> Optional[int]:
@@ -64,7 +76,7 @@ class _Entry:
 
 
 _mutex = threading.Lock()
-_entries: dict[tuple[str, int], _Entry] = {}
+_entries: dict[Place, _Entry] = {}
 
 
 def _after_fork_in_child() -> None:
@@ -80,20 +92,40 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _look_up(host: str, port: int, entry: _Entry, done: threading.Event) -> None:
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        family, _kind, _proto, _name, sockaddr = infos[0]
-        answer: Optional[Address] = Address(family, sockaddr[0], port)
-        error = ""
-    except (OSError, UnicodeError, IndexError) as exc:
-        answer, error = None, f"cannot resolve {host!r}: {exc}"
+def _address(host: str, port: int) -> Address:
+    family = numeric_family(host)
+    if family is not None:
+        return Address(family, host, port)
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    family, _kind, _proto, _name, sockaddr = infos[0]
+    return Address(family, sockaddr[0], port)
+
+
+def _look_up(place: Place, entry: _Entry, done: threading.Event) -> None:
+    answer: Optional[Address] = None
+    error = ""
+    if isinstance(place, SentinelGroup):
+        try:
+            host, port = place.find_master()
+        except SentinelLookupError as exc:
+            error = str(exc)
+    else:
+        host, port = place
+    if not error:
+        try:
+            answer = _address(host, port)
+        except (OSError, UnicodeError, IndexError) as exc:
+            error = f"cannot resolve {host!r}: {exc}"
     now = time.monotonic()
     with _mutex:
         if entry.pending is done:
             if answer is not None:
                 entry.answer, entry.error = answer, ""
-                entry.fresh_until = now + ANSWER_LIFETIME_S
+                entry.fresh_until = now + (
+                    SENTINEL_ANSWER_LIFETIME_S
+                    if isinstance(place, SentinelGroup)
+                    else ANSWER_LIFETIME_S
+                )
                 entry.usable_until = now + STALE_LIFETIME_S
             else:
                 entry.answer, entry.error = None, error
@@ -103,25 +135,34 @@ def _look_up(host: str, port: int, entry: _Entry, done: threading.Event) -> None
     done.set()
 
 
-def _start(host: str, port: int, entry: _Entry) -> threading.Event:
+def _start(place: Place, entry: _Entry) -> threading.Event:
     """Starts a lookup (the caller holds _mutex and has checked that none is in flight)."""
     done = entry.pending = threading.Event()
     thread = threading.Thread(
-        target=_look_up, args=(host, port, entry, done), name="hiredlock-resolve", daemon=True
+        target=_look_up, args=(place, entry, done), name="hiredlock-resolve", daemon=True
     )
     thread.start()
     return done
 
 
-def _read(host: str, port: int, now: float) -> tuple[Optional[Lookup], Optional[threading.Event]]:
+def _entry(place: Place) -> _Entry:
+    """The cache entry of `place` (the caller holds _mutex)."""
+    entry = _entries.get(place)
+    if entry is None:
+        entry = _entries[place] = _Entry()
+    return entry
+
+
+def _what(place: Place) -> str:
+    return repr(place[0]) if isinstance(place, tuple) else f"the master of {place}"
+
+
+def _read(place: Place, now: float) -> tuple[Optional[Lookup], Optional[threading.Event]]:
     """What the cache says now, starting a lookup when one is due; (answer, event to wait on)."""
-    key = (host, port)
     with _mutex:
-        entry = _entries.get(key)
-        if entry is None:
-            entry = _entries[key] = _Entry()
+        entry = _entry(place)
         if entry.pending is None and now >= entry.fresh_until:
-            _start(host, port, entry)
+            _start(place, entry)
         if entry.answer is not None and now < entry.usable_until:
             return entry.answer, None
         if entry.pending is not None and not entry.waited and not entry.error:
@@ -131,20 +172,27 @@ def _read(host: str, port: int, now: float) -> tuple[Optional[Lookup], Optional[
             return None, entry.pending
         if entry.error:
             return entry.error, None
-        return f"cannot resolve {host!r} yet: the lookup has not returned", None
+        return f"cannot resolve {_what(place)} yet: the lookup has not returned", None
 
 
-def lookup_many(places: Sequence[tuple[str, int]], wait_s: float) -> list[Lookup]:
-    """The addresses of (host, port) places; waits at most wait_s in all (see the module doc)."""
+def _numeric(place: Place) -> Optional[Address]:
+    if isinstance(place, SentinelGroup):
+        return None
+    family = numeric_family(place[0])
+    return None if family is None else Address(family, place[0], place[1])
+
+
+def lookup_many(places: Sequence[Place], wait_s: float) -> list[Lookup]:
+    """The addresses of these places; waits at most wait_s in all (see the module doc)."""
     now = time.monotonic()
     results: list[Optional[Lookup]] = []
     waits: list[tuple[int, threading.Event]] = []
-    for index, (host, port) in enumerate(places):
-        family = numeric_family(host)
-        if family is not None:
-            results.append(Address(family, host, port))
+    for index, place in enumerate(places):
+        address = _numeric(place)
+        if address is not None:
+            results.append(address)
             continue
-        answer, event = _read(host, port, now)
+        answer, event = _read(place, now)
         results.append(answer)
         if event is not None:
             waits.append((index, event))
@@ -154,8 +202,7 @@ def lookup_many(places: Sequence[tuple[str, int]], wait_s: float) -> list[Lookup
             event.wait(max(0.0, deadline - time.monotonic()))
         later = time.monotonic()
         for index, _event in waits:
-            host, port = places[index]
-            results[index], _ = _read(host, port, later)
+            results[index], _ = _read(places[index], later)
     return [result if result is not None else "no address" for result in results]
 
 
@@ -164,14 +211,23 @@ def lookup(host: str, port: int, wait_s: float) -> Lookup:
     return lookup_many(((host, port),), wait_s)[0]
 
 
-def prefetch(places: Sequence[tuple[str, int]]) -> None:
+def prefetch(places: Sequence[Place]) -> None:
     """Starts the lookups these places will need, without waiting for them."""
     now = time.monotonic()
-    for host, port in places:
-        if numeric_family(host) is None:
+    for place in places:
+        if _numeric(place) is None:
             with _mutex:
-                entry = _entries.get((host, port))
-                if entry is None:
-                    entry = _entries[(host, port)] = _Entry()
+                entry = _entry(place)
                 if entry.pending is None and now >= entry.fresh_until:
-                    _start(host, port, entry)
+                    _start(place, entry)
+
+
+def refresh(place: Place) -> None:
+    """Looks `place` up again now, in the background (the last answer serves meanwhile)."""
+    if _numeric(place) is not None:
+        return
+    with _mutex:
+        entry = _entry(place)
+        entry.fresh_until = 0.0
+        if entry.pending is None:
+            _start(place, entry)

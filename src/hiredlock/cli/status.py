@@ -67,8 +67,12 @@ def _row(state: Any, token: Optional[str]) -> tuple[str, ...]:
 
 
 def _token(spec: Any, name: str) -> Optional[str]:
-    """A short form of the value of `name` on one master; None when it cannot be read."""
+    """A short form of the value of `name` on one master; None when it cannot be read (also for
+    TLS and Sentinel-managed masters, which this plain redis-py read does not reach)."""
     import redis
+
+    if spec.tls is not None or spec.sentinel is not None:
+        return None
 
     client = redis_client(
         host=spec.host or "localhost",

@@ -1,0 +1,112 @@
+"""Sentinel-managed masters: where the sentinels say a group's master is now.
+
+A master given as a Sentinel group (redis+sentinel://h1:26379,h2:26379/service/db, a dict with
+`sentinels` and `service_name`, or a redis-py client from Sentinel.master_for()) has no fixed
+address. _resolver keeps its current one the way it keeps a host name's: asked in the background
+(SentinelGroup.find_master, here), never on a round's clock except for the very first answer, asked
+again every ANSWER_LIFETIME_S, and at once when the engines report that the master failed them (a
+broken connection, or READONLY: it is a replica now).
+
+Each sentinel is asked in turn, over a short blocking connection of its own (in the lookup's
+background thread), with SENTINEL GET-MASTER-ADDR-BY-NAME; the first one that names a master wins.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from typing import Optional
+
+from ._resp import NOT_READY, ProtocolError, Reader, ReplyError, pack_command
+
+# How long one sentinel may take to answer, connect included (a background thread waits, not a
+# round).
+SENTINEL_TIMEOUT_S = 0.5
+DEFAULT_SENTINEL_PORT = 26379
+
+
+class SentinelLookupError(Exception):
+    """No sentinel named a master for the group; str() says what each one said."""
+
+
+@dataclass(frozen=True)
+class SentinelGroup:
+    """The sentinels watching one master, and the name they know it by."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    service_name: str
+    username: Optional[str] = None  # the sentinels' own credentials, when they require some
+    password: Optional[str] = None
+
+    def __str__(self) -> str:
+        places = ",".join(
+            f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in self.sentinels
+        )
+        return f"{places}/{self.service_name}"
+
+    def __repr__(self) -> str:  # never the password
+        shown = "None" if self.password is None else "'***'"
+        return (
+            f"SentinelGroup(sentinels={self.sentinels!r}, service_name={self.service_name!r}, "
+            f"username={self.username!r}, password={shown})"
+        )
+
+    def find_master(self, timeout_s: float = SENTINEL_TIMEOUT_S) -> tuple[str, int]:
+        """(host, port) of the master the first answering sentinel names; SentinelLookupError
+        with every sentinel's reason when none does. Blocks: call it from a lookup thread."""
+        reasons = []
+        for host, port in self.sentinels:
+            try:
+                reply = self._ask(host, port, timeout_s)
+            except OSError as exc:
+                reasons.append(f"{host}:{port}: {exc.strerror or exc}")
+                continue
+            except ProtocolError as exc:
+                reasons.append(f"{host}:{port}: protocol error: {exc}")
+                continue
+            if isinstance(reply, ReplyError):
+                reasons.append(f"{host}:{port}: {reply.text}")
+                continue
+            if reply is None:
+                reasons.append(f"{host}:{port} knows no master named {self.service_name!r}")
+                continue
+            if (
+                not isinstance(reply, list)
+                or len(reply) != 2
+                or not all(isinstance(part, bytes) for part in reply)
+                or not reply[1].isdigit()
+            ):
+                reasons.append(f"{host}:{port}: unexpected reply {reply!r}")
+                continue
+            return reply[0].decode("utf-8", "replace"), int(reply[1])
+        if all("knows no master named" in reason for reason in reasons):
+            raise SentinelLookupError(
+                f"sentinel: no master named {self.service_name!r} ({'; '.join(reasons)})"
+            )
+        raise SentinelLookupError(f"sentinel: no master found ({'; '.join(reasons)})")
+
+    def _ask(self, host: str, port: int, timeout_s: float) -> object:
+        commands = []
+        if self.password is not None:
+            auth = [b"AUTH"]
+            if self.username is not None:
+                auth.append(self.username.encode())
+            auth.append(self.password.encode())
+            commands.append(pack_command(auth))
+        commands.append(
+            pack_command((b"SENTINEL", b"GET-MASTER-ADDR-BY-NAME", self.service_name.encode()))
+        )
+        replies = []
+        reader = Reader()
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.sendall(b"".join(commands))
+            while len(replies) < len(commands):
+                data = sock.recv(4096)
+                if not data:
+                    raise ConnectionError("connection closed by the sentinel")
+                reader.feed(data)
+                while (reply := reader.get()) is not NOT_READY:
+                    replies.append(reply)
+        if isinstance(replies[0], ReplyError) and len(replies) > 1:
+            return replies[0]  # the login was refused
+        return replies[-1]
