@@ -66,11 +66,15 @@ class HiredlockCycler(Cycler):
 
     MAX_FAILURE_RATE = 0.01
 
-    def __init__(self, engine: str, ports, name: str):
+    def __init__(self, engine: str, ports, name: str, tls_ca: str | None = None):
         from hiredlock import Redlock
 
         self.lib = engine
-        self.redlock = Redlock([f"redis://{HOST}:{p}/0" for p in ports], backend=engine)
+        if tls_ca is None:
+            urls = [f"redis://{HOST}:{p}/0" for p in ports]
+        else:
+            urls = [f"rediss://{HOST}:{p}/0?ssl_ca_certs={tls_ca}" for p in ports]
+        self.redlock = Redlock(urls, backend=engine)
         assert self.redlock.backend == engine, self.redlock.backend
         self.lock = self.redlock.lock(name, ttl=TTL_S)
         self.cycles = 0
@@ -217,11 +221,14 @@ class RedlockPyCycler(Cycler):
 class RedisPyCycler(Cycler):
     lib = "redis-py"
 
-    def __init__(self, ports, name: str):
+    def __init__(self, ports, name: str, tls_ca: str | None = None):
         from redis import Redis
 
         (port,) = ports
-        self.client = Redis(host=HOST, port=port)
+        if tls_ca is None:
+            self.client = Redis(host=HOST, port=port)
+        else:
+            self.client = Redis(host=HOST, port=port, ssl=True, ssl_ca_certs=tls_ca)
         self.lock = self.client.lock(name, timeout=TTL_S)
 
     def run(self, k: int) -> None:
@@ -257,9 +264,15 @@ class PythonRedisLockCycler(Cycler):
         self.client.close()
 
 
-def open_cycle(lib: str, ports, name: str) -> Cycler:
+def open_cycle(lib: str, ports, name: str, tls_ca: str | None = None) -> Cycler:
+    """lib's cycler on those ports; with tls_ca, over TLS (the ports are TLS ports whose
+    certificates that CA file signed: hiredlock's engines and redis-py only)."""
     if lib in ("native", "python"):
-        return HiredlockCycler(lib, ports, name)
+        return HiredlockCycler(lib, ports, name, tls_ca)
+    if tls_ca is not None:
+        if lib != "redis-py":
+            raise ValueError(f"{lib}: no TLS row")
+        return RedisPyCycler(ports, name, tls_ca)
     factory = {
         "cref": CRefCycler,
         "pottery": PotteryCycler,

@@ -206,6 +206,55 @@ def cycle_tables(r: Results) -> list[str]:
     return lines
 
 
+def tls_table(r: Results) -> list[str]:
+    if not any(k[0] == "cycle-tls" for k in r.latency):
+        return []
+    measured = {k[3] for k in r.latency if k[0] == "cycle-tls"}
+    placements = [p for p in PLACEMENTS if p in measured]
+    head = "| row | N |"
+    rule = "|---|---:|"
+    for placement in placements:
+        head += f" {placement}: plain µs | TLS µs | TLS / plain | TLS vs native TLS |"
+        rule += "---:|---:|---:|---:|"
+    lines = [
+        "## TLS: the cycle over TLS beside plaintext",
+        "",
+        "Five redis-servers of their own, each listening on a plaintext and a TLS port (TLS 1.3, "
+        "certificates from a test CA, no client certificates); the same cycle as the single-cycle "
+        "table on each transport, in the same run. hiredlock speaks TLS through Python's `ssl` "
+        "module on both engines (docs/TLS.md); redis-py's Lock uses `ssl=True`.",
+        "",
+        head,
+        rule,
+    ]
+    for n, lib in (
+        (1, "native"),
+        (1, "python"),
+        (1, "redis-py"),
+        (5, "native"),
+        (5, "python"),
+    ):
+        line = f"| {LABELS[lib]} | {n} |"
+        found = False
+        for placement in placements:
+            plain = r.get("cycle-plain", lib, n, placement)
+            tls = r.get("cycle-tls", lib, n, placement)
+            native = r.get("cycle-tls", "native", n, placement)
+            found = found or tls is not None
+            plain_s = plain and plain["s_per_cycle"]
+            tls_s = tls and tls["s_per_cycle"]
+            line += (
+                f" {fmt_us(plain_s) if plain else NONE}"
+                f" | {fmt_us(tls_s) if tls else NONE}"
+                f" | {fmt_ratio(ratio(tls_s, plain_s))}"
+                f" | {fmt_ratio(ratio(tls_s, native and native['s_per_cycle']))} |"
+            )
+        if found:
+            lines.append(line)
+    lines.append("")
+    return lines
+
+
 def batch_threads(r: Results) -> list[str]:
     lines = [
         "## Batch of 100 names and threads (N=5)",
@@ -723,6 +772,7 @@ def main(results_dir: str | None = None) -> str:
         lines += ["(No chart: matplotlib is not installed; `pip install hiredlock[plot]`.)", ""]
     lines += targets(r)
     lines += cycle_tables(r)
+    lines += tls_table(r)
     lines += batch_threads(r)
     lines += cpu_table(r)
     lines += instructions_table(r)
