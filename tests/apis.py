@@ -201,7 +201,8 @@ class _Facade:
 
 
 class LockFacade(_Facade):
-    """AsyncLock / AsyncRLock as Lock / RLock: `with` runs `async with` in the caller's task."""
+    """AsyncLock / AsyncRLock / AsyncSemaphore (and AsyncPermit, an AsyncLock) as Lock / RLock /
+    Semaphore: `with` runs `async with` in the caller's task."""
 
     __slots__ = ()
 
@@ -249,6 +250,12 @@ class AsyncApi(_Facade):
     def rlock(self, *args: Any, **kwargs: Any) -> LockFacade:
         return _wrap(self._runner, self._runner.run(lambda: self._target.rlock(*args, **kwargs)))
 
+    def semaphore(self, *args: Any, **kwargs: Any) -> LockFacade:
+        """An AsyncSemaphore as a Semaphore: acquire() runs in the caller's task and gives the
+        AsyncPermit's facade (or None); `with` is `async with`, in the caller's task."""
+        make = self._target.semaphore
+        return _wrap(self._runner, self._runner.run(lambda: make(*args, **kwargs)))
+
     def acquire_many(self, names: Any, ttl: Any) -> list:
         return _wrap(self._runner, self._runner.call(lambda: self._target.acquire_many(names, ttl)))
 
@@ -291,11 +298,11 @@ class AsyncApi(_Facade):
 def _wrap(runner: LoopThread, value: Any) -> Any:
     """The facade of an asyncio object the API returned; anything else unchanged. A given object
     always gets the same facade (`rlock.lock is inner` holds as it does on the sync API)."""
-    from hiredlock.aio import AsyncLock, AsyncRedlock, AsyncRLock
+    from hiredlock.aio import AsyncLock, AsyncRedlock, AsyncRLock, AsyncSemaphore
 
     if isinstance(value, list):
         return [_wrap(runner, v) for v in value]
-    if isinstance(value, (AsyncLock, AsyncRLock)):
+    if isinstance(value, (AsyncLock, AsyncRLock, AsyncSemaphore)):
         kind: type = LockFacade
     elif isinstance(value, asyncio.Event):
         kind = EventFacade

@@ -152,7 +152,8 @@ def test_master_spec_repr_and_str_hide_the_password():
     assert_hidden(str(spec))
     assert "password='***'" in repr(spec)
     assert "username='alice'" in repr(spec)
-    assert repr(MasterSpec(host="h")).endswith("password=None, tls=None, sentinel=None)")  # none set: none hidden
+    # none set: none hidden
+    assert repr(MasterSpec(host="h")).endswith("password=None, tls=None, sentinel=None)")
 
 
 def test_redlock_masters_and_their_reprs_hide_the_password(engine, canary):

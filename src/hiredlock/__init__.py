@@ -24,6 +24,7 @@ from ._scripts import MAX_TTL_MS, Outcome
 from .lock import Lock
 from .redlock import KeyState, Redlock
 from .rlock import RLock
+from .semaphore import Permit, Semaphore
 
 MAX_TTL: float = MAX_TTL_MS / 1000.0
 """The longest ttl a lock may have, in seconds (2**31 - 1 ms, about 24.8 days)."""
@@ -43,9 +44,11 @@ __all__ = [
     "MasterSpec",
     "NotHeld",
     "Outcome",
+    "Permit",
     "QuorumUnreachable",
     "RLock",
     "Redlock",
+    "Semaphore",
     "TooManyExtensions",
     "Vote",
     "__version__",

@@ -52,10 +52,19 @@ def won(codes: bytes, elapsed_ns: int, ttl_ms: float, drift: float, n_quorum: in
     return codes.count(_OK) >= n_quorum and ttl_ms - elapsed_ns / 1e6 - drift > 0
 
 
+def all_taken(codes: bytes) -> bool:
+    """Every master answered that the key is someone else's: none holds a token of this round."""
+    return codes.count(_TAKEN) == len(codes)
+
+
+def failures(codes: bytes) -> int:
+    """How many masters failed (timed out, broke the connection, answered an error)."""
+    return sum(codes.count(outcome) for outcome in FAILURES)
+
+
 def quorum_unreachable(codes: bytes, n_quorum: int) -> bool:
     """True when so many masters failed that no quorum could have answered, free lock or not."""
-    failed = sum(codes.count(outcome) for outcome in FAILURES)
-    return failed > len(codes) - n_quorum
+    return failures(codes) > len(codes) - n_quorum
 
 
 # Error replies that say the client is misconfigured (a wrong password, none where one is needed,

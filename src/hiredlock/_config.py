@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from ._scripts import FENCE_KEY_PREFIX, MAX_TTL_MS
+from ._scripts import MAX_TTL_MS, RESERVED_KEY_PREFIXES
 from ._sentinel import DEFAULT_SENTINEL_PORT, SentinelGroup
 from ._tls import TLS_OPTIONS, TLSConfig, tls_config
 
@@ -513,11 +513,12 @@ def lock_name(name: Any) -> bytes:
         raise TypeError(f"name must be str or bytes, not {type(name).__name__}{hint}")
     if not key:
         raise ValueError("name must not be empty")
-    if key.startswith(FENCE_KEY_PREFIX):
-        raise ValueError(
-            f"name must not start with {FENCE_KEY_PREFIX.decode()!r}: that prefix is reserved "
-            "for the fencing counters"
-        )
+    for prefix in RESERVED_KEY_PREFIXES:
+        if key.startswith(prefix):
+            raise ValueError(
+                f"name must not start with {prefix.decode()!r}: that prefix is reserved for "
+                "hiredlock's own keys (fencing counters, semaphore permits)"
+            )
     return key
 
 

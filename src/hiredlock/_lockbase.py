@@ -267,6 +267,17 @@ class LockBase:
             self._acquisition += 1
         self._session.held.pop(id(self), None)
 
+    def _free_here(self) -> bool:
+        """Not held through this object (an expired or lost acquisition is let go first)."""
+        if self._generation != _fork.generation:
+            self._this_process()
+        if self._token is None:
+            return True
+        if self.validity > 0.0:
+            return False
+        self._forget_expired()
+        return True
+
     def _acquire_steps(self, blocking: Any, timeout: Optional[Duration]) -> Steps:
         """Attempts until acquired (True), given up (False) or refused (an exception).
 
@@ -276,18 +287,7 @@ class LockBase:
         a signal handler's exception, a cancelled task, an engine error) must not leave our token
         on the masters for the whole ttl: the unlock is sent first, then it propagates.
         """
-        if blocking is not True and blocking is not False:
-            _config.flag(blocking, "blocking")
-        deadline_ns: Optional[int] = None
-        if timeout is not None:
-            if not blocking:
-                raise ValueError("timeout cannot be given with blocking=False")
-            wait_ms = _config.duration_ms(timeout, "timeout")
-            if wait_ms < 0:
-                raise ValueError(f"timeout must be >= 0 or None, got {timeout!r}")
-            deadline_ns = time.monotonic_ns() + int(wait_ms * 1_000_000)
-        elif blocking and self._blocking_timeout is not None:
-            deadline_ns = time.monotonic_ns() + int(self._blocking_timeout * 1e9)
+        deadline_ns = acquire_deadline(blocking, timeout, self._blocking_timeout)
         if self._generation != _fork.generation:
             self._this_process()
         if self._token is not None:
@@ -592,6 +592,131 @@ class LockBase:
     def __repr__(self) -> str:
         state = "held" if self.held else ("lost" if self._lost else "unlocked")
         return f"<hiredlock.{self._kind} {self._name!r} ttl={self.ttl:g}s {state}>"
+
+
+def acquire_deadline(
+    blocking: Any, timeout: Optional[Duration], blocking_timeout: Optional[float]
+) -> Optional[int]:
+    """acquire()'s arguments checked (before any I/O); its deadline on the monotonic clock."""
+    if blocking is not True and blocking is not False:
+        _config.flag(blocking, "blocking")
+    if timeout is not None:
+        if not blocking:
+            raise ValueError("timeout cannot be given with blocking=False")
+        wait_ms = _config.duration_ms(timeout, "timeout")
+        if wait_ms < 0:
+            raise ValueError(f"timeout must be >= 0 or None, got {timeout!r}")
+        return time.monotonic_ns() + int(wait_ms * 1_000_000)
+    if blocking and blocking_timeout is not None:
+        return time.monotonic_ns() + int(blocking_timeout * 1e9)
+    return None
+
+
+# -- semaphores: a permit is a lock on a key of its own ----------------------------------------
+
+
+class PermitBase(LockBase):
+    """Permit `index` of a semaphore: a lock on a key of its own, `hiredlock:permit:<i>:<name>`
+    (Permit and hiredlock.aio.AsyncPermit add the API)."""
+
+    __slots__ = ("_index",)
+
+    def __init__(
+        self, client: ClientBase, name: str | bytes, index: int, ttl: Duration, **options: Any
+    ) -> None:
+        super().__init__(client, name, ttl, **options)
+        self._index = index
+        self._key = _scripts.permit_key(self._key, index)
+
+    @property
+    def index(self) -> int:
+        """Which of the semaphore's permits this is (0 .. permits - 1)."""
+        return self._index
+
+
+def acquire_permit_steps(
+    session: Session,
+    name: object,
+    permits: Sequence[LockBase],
+    blocking: Any,
+    timeout: Optional[Duration],
+    blocking_timeout: Optional[float],
+    taken: Optional[list] = None,
+) -> Steps:
+    """One permit of a semaphore whose permits are `permits` (each a lock on a key of its own,
+    so that each is held by one holder at most, judged over a quorum as any lock is): every
+    permit this semaphore object does not hold is tried at once (one round trip per master), the
+    first one a quorum granted is kept and every other is unlocked on every master. Retried as a
+    lock's acquire is (_algorithm.Retrying). Returns (the permit held, ()), or (None, the votes
+    of the attempt that came closest). `taken` (a list) gets [permit, token] as soon as the permit
+    is ours: a blocking caller gives back exactly that one if an interrupt comes after the steps
+    (give_back_steps)."""
+    deadline_ns = acquire_deadline(blocking, timeout, blocking_timeout)
+    first = permits[0]  # (made with one ttl: they share its timing)
+    ttl_ms, timeout_ms = first._ttl_ms, first._timeout_ms
+    retrying = None
+    while True:
+        free = [permit for permit in permits if permit._free_here()]
+        if free:
+            keys = [permit._key for permit in free]
+            tokens = [new_token() for _ in free]
+            start = time.monotonic_ns()
+            try:
+                results = yield SET_NX, (keys, tokens, ttl_ms, timeout_ms)
+            except BaseException:
+                yield from _unlock_keys(name, list(zip(keys, tokens)), timeout_ms)
+                raise
+            kept = None
+            unlock = []
+            for permit, key, token, result in zip(free, keys, tokens, results):
+                if kept is None and permit._refusal(result, result[1]) is None:
+                    kept = permit, token
+                elif not _algorithm.all_taken(result[0]):  # (else none of ours is there)
+                    unlock.append((key, token))
+            if unlock:
+                try:
+                    yield script(_RELEASE, 1, unlock, timeout_ms, True, honour_backoff=True)
+                except BaseException:
+                    if kept is not None:
+                        unlock.append((kept[0]._key, kept[1]))
+                    yield from _unlock_keys(name, unlock, timeout_ms)
+                    raise
+            if kept is not None:
+                kept[0]._took(kept[1], start, None)
+                if taken is not None:
+                    taken[:] = kept
+                return kept[0], ()
+            # the attempt that came closest speaks for it (its votes, reachable or not)
+            closest = min(
+                zip(free, results),
+                key=lambda pair: _algorithm.failures(pair[1][0]),
+            )
+            closest[0]._refused(closest[1])
+            codes, votes = closest[0]._last_codes, closest[0]._last_votes
+        else:  # every permit is held through this object already
+            codes, votes = bytes(len(session.masters)), ()
+        if retrying is None:
+            retrying = _algorithm.Retrying(name, session.quorum, session, blocking, deadline_ns)
+        delay = retrying.after_failure(codes, votes)  # type: ignore[arg-type]
+        if delay is None:
+            return None, votes
+        yield PAUSE, delay
+
+
+def give_back_steps(lock: LockBase, token: bytes) -> Steps:
+    """Unlocks `lock` if it still holds `token`, which an acquire's steps took just before an
+    interrupt came (a signal handler runs as the blocking driver returns)."""
+    if lock._token == token and lock._unlocked_token != token:
+        yield from lock._unlock_steps(token)
+
+
+def _unlock_keys(name: object, pairs: list[tuple[bytes, bytes]], timeout_ms: float) -> Steps:
+    """The unlock of these (key, token) pairs on every master after an interruption (as
+    LockBase._unlock_steps does for one lock)."""
+    try:
+        yield script(_RELEASE, 1, pairs, timeout_ms, True, kind=CLEANUP)
+    except Exception as exc:
+        _log.warning("hiredlock: unlocking %r after an exception failed: %s", name, exc)
 
 
 # -- batches: the steps of several locks at once (Redlock and AsyncRedlock call them) -----------

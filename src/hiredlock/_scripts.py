@@ -72,6 +72,15 @@ def fence_key(key: bytes) -> bytes:
     return FENCE_KEY_PREFIX + key
 
 
+# A semaphore's permit i is a lock on its own key (see _lockbase.acquire_permit_steps).
+PERMIT_KEY_PREFIX = b"hiredlock:permit:"
+RESERVED_KEY_PREFIXES = (FENCE_KEY_PREFIX, PERMIT_KEY_PREFIX)
+
+
+def permit_key(key: bytes, index: int) -> bytes:
+    return PERMIT_KEY_PREFIX + b"%d:" % index + key
+
+
 def unpack_inspect(value: int) -> tuple[bool, Optional[int], bool]:
     """(exists, pttl in ms or -1 without expiry or None when missing, ours) from INSPECT's reply."""
     if value <= 0:

@@ -17,6 +17,7 @@ from ._session import Session
 from ._steps import run
 from .lock import Lock
 from .rlock import RLock
+from .semaphore import Semaphore
 
 __all__ = ["KeyState", "Redlock"]
 
@@ -105,6 +106,20 @@ class Redlock(ClientBase):
         batch = list(locks)
         steps = _lockbase.release_many_steps(self._session, "Redlock", Lock, batch)
         run(steps, self._session.rounds, _lockbase.pin_of(batch))
+
+    def semaphore(
+        self, name: str | bytes, permits: int, ttl: Duration, **options: Any
+    ) -> Semaphore:
+        """A semaphore: at most `permits` holders of `name` at a time, across every client.
+
+        Each permit is a lock on a key of its own (`hiredlock:permit:<i>:<name>`), held for `ttl`
+        seconds at most, so a holder that died gives its permit back when its ttl runs out.
+        acquire() tries every permit at once and keeps the first a quorum granted. Options as
+        lock()'s (blocking_timeout, auto_renew, max_hold, on_lost, max_extensions), per permit;
+        fencing is refused (a fence orders the holders of one name, permits are held side by
+        side). No I/O happens here.
+        """
+        return Semaphore(self, name, permits, ttl, **options)
 
     def rlock(self, name: str | bytes, ttl: Duration, **options: Any) -> RLock:
         """A reentrant lock: its owning thread may acquire it again (same options as lock())."""

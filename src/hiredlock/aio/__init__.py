@@ -9,5 +9,6 @@ async with AsyncRedlock(["redis://127.0.0.1:6379/0", ...]) as redlock:
 from .._batches import KeyState
 from ._lock import AsyncLock, AsyncRLock
 from ._redlock import AsyncRedlock
+from ._semaphore import AsyncPermit, AsyncSemaphore
 
-__all__ = ["AsyncLock", "AsyncRLock", "AsyncRedlock", "KeyState"]
+__all__ = ["AsyncLock", "AsyncPermit", "AsyncRLock", "AsyncRedlock", "AsyncSemaphore", "KeyState"]

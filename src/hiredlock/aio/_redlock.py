@@ -16,6 +16,7 @@ from .._config import Duration
 from .._session import Session
 from ._lock import AsyncLock, AsyncRLock
 from ._rounds import AsyncRounds
+from ._semaphore import AsyncSemaphore
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -60,6 +61,12 @@ class AsyncRedlock(ClientBase):
             max_extensions=max_extensions,
             fencing=fencing,
         )
+
+    def semaphore(
+        self, name: str | bytes, permits: int, ttl: Duration, **options: Any
+    ) -> AsyncSemaphore:
+        """As Redlock.semaphore, for asyncio: an AsyncSemaphore whose permits are AsyncPermits."""
+        return AsyncSemaphore(self, name, permits, ttl, **options)
 
     def rlock(self, name: str | bytes, ttl: Duration, **options: Any) -> AsyncRLock:
         """A reentrant lock: the task that owns it may acquire it again (options as lock())."""

@@ -1,0 +1,84 @@
+"""What Semaphore (blocking) and hiredlock.aio.AsyncSemaphore share: the options, the permits
+(locks on keys of their own, see _lockbase.acquire_permit_steps for how one is taken) and which
+permits each owner (thread or task) took with `with`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Callable, Optional
+
+from ._config import Duration, lock_name, non_negative_int
+
+# Each attempt sends one SET per permit not held through the semaphore object to every master.
+MAX_PERMITS = 1000
+
+
+class SemaphoreBase:
+    """A counting semaphore over the masters: at most `permits` holders of `name` at a time,
+    across every client. Made by a client's semaphore(); no I/O happens here."""
+
+    def __init__(
+        self,
+        client: Any,
+        name: str | bytes,
+        permits: int,
+        ttl: Duration,
+        make_permit: Callable[..., Any],
+        blocking_timeout: Optional[Duration],
+        options: dict,
+    ) -> None:
+        lock_name(name)  # a bad name is refused as lock() refuses it
+        if non_negative_int(permits, "permits") < 1 or permits > MAX_PERMITS:
+            raise ValueError(f"permits must be in 1..{MAX_PERMITS}, got {permits!r}")
+        if options.get("fencing", False) is not False:
+            # A fence orders the holders of one name; permits are held side by side.
+            raise ValueError("fencing is not supported for semaphore permits")
+        self._name = name
+        self._session = client.session
+        self._permits: Sequence[Any] = tuple(
+            make_permit(client, name, index, ttl, blocking_timeout=blocking_timeout, **options)
+            for index in range(permits)
+        )
+        self._blocking_timeout = self._permits[0].blocking_timeout
+        self._entered: dict[Any, list[Any]] = {}  # owner -> the permits its `with` blocks took
+        self._last_votes: tuple = ()
+
+    @property
+    def name(self) -> str | bytes:
+        return self._name
+
+    @property
+    def permits(self) -> int:
+        """How many holders the semaphore allows at a time."""
+        return len(self._permits)
+
+    @property
+    def held(self) -> list[Any]:
+        """The permits held through this object now (a local view: no I/O)."""
+        return [permit for permit in self._permits if permit.held]
+
+    @property
+    def last_votes(self) -> tuple:
+        """The masters' votes in the last attempt that got no permit (for the permit that came
+        closest)."""
+        return self._last_votes
+
+    def _entering(self, owner: Any, permit: Any) -> None:
+        self._entered.setdefault(owner, []).append(permit)
+
+    def _leaving(self, owner: Any) -> Any:
+        stack = self._entered[owner]
+        permit = stack.pop()
+        if not stack:
+            del self._entered[owner]
+        return permit
+
+    def _refused(self, permit_votes: tuple) -> None:
+        self._last_votes = permit_votes
+
+    def __repr__(self) -> str:
+        held = len(self.held)
+        return (
+            f"<hiredlock.{type(self).__name__} {self._name!r} permits={len(self._permits)} "
+            f"held here={held}>"
+        )

@@ -1,0 +1,74 @@
+"""AsyncSemaphore: the Semaphore of hiredlock.aio (the algorithm is _lockbase.py's)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Optional
+
+from .._config import Duration
+from .._errors import HiredlockError, LockNotAcquired
+from .._lockbase import PermitBase, acquire_permit_steps, share_pin
+from .._semaphores import SemaphoreBase
+from ._lock import AsyncLock
+
+_log = logging.getLogger("hiredlock")
+
+
+class AsyncPermit(PermitBase, AsyncLock):
+    """One permit of an AsyncSemaphore, with the AsyncLock API. Its key is
+    `hiredlock:permit:<index>:<name>`."""
+
+    __slots__ = ()
+    _kind = "AsyncPermit"
+
+
+class AsyncSemaphore(SemaphoreBase):
+    """As Semaphore, for asyncio: `await semaphore.acquire()` gives an AsyncPermit or None;
+    `async with semaphore:` takes a permit for the block. Tasks may share one AsyncSemaphore:
+    each `async with` releases the permit its own task took. Cancelling acquire() leaves no
+    key behind (as AsyncLock.acquire)."""
+
+    def __init__(
+        self,
+        client: Any,
+        name: str | bytes,
+        permits: int,
+        ttl: Duration,
+        *,
+        blocking_timeout: Optional[Duration] = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(client, name, permits, ttl, AsyncPermit, blocking_timeout, options)
+        share_pin(self._permits)
+
+    async def acquire(
+        self, blocking: bool = True, timeout: Optional[Duration] = None
+    ) -> Optional[AsyncPermit]:
+        """As Semaphore.acquire; waits between attempts with asyncio.sleep."""
+        steps = acquire_permit_steps(
+            self._session, self._name, self._permits, blocking, timeout, self._blocking_timeout
+        )
+        permit, votes = await self._session.rounds.run(steps)
+        if permit is None:
+            self._refused(votes)
+        return permit
+
+    async def __aenter__(self) -> AsyncPermit:
+        permit = await self.acquire(timeout=self._blocking_timeout)
+        if permit is None:
+            raise LockNotAcquired(
+                f"no permit of semaphore {self._name!r} was acquired", self._last_votes
+            )
+        self._entering(asyncio.current_task(), permit)
+        return permit
+
+    async def __aexit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
+        permit = self._leaving(asyncio.current_task())
+        if exc_type is None:
+            await permit.release()
+            return
+        try:
+            await permit.release()
+        except HiredlockError as release_error:
+            _log.warning("releasing %r after an exception failed: %s", self._name, release_error)

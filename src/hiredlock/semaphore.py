@@ -1,0 +1,95 @@
+"""Semaphore: at most `permits` holders of one name at a time, across every client of the
+masters; each permit is a Lock on a key of its own (see _lockbase.acquire_permit_steps)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Optional
+
+from ._config import Duration
+from ._errors import HiredlockError, LockNotAcquired
+from ._lockbase import PermitBase, acquire_permit_steps, give_back_steps, share_pin
+from ._semaphores import SemaphoreBase
+from ._steps import run
+from .lock import Lock
+
+__all__ = ["Permit", "Semaphore"]
+
+_log = logging.getLogger("hiredlock")
+
+
+class Permit(PermitBase, Lock):
+    """One permit of a Semaphore, with the Lock API: token, validity, held, release(),
+    extend(), auto-renewal, lost, on_lost. Its key is `hiredlock:permit:<index>:<name>`."""
+
+    __slots__ = ()
+    _kind = "Permit"
+
+
+class Semaphore(SemaphoreBase):
+    """At most `permits` holders of `name` at a time. Made by Redlock.semaphore().
+
+    `acquire()` returns a Permit (release it when done) or None; `with semaphore:` takes a
+    permit for the block (LockNotAcquired if none came within blocking_timeout). One Semaphore
+    object may be shared by threads: each `with` releases the permit its own thread took.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        name: str | bytes,
+        permits: int,
+        ttl: Duration,
+        *,
+        blocking_timeout: Optional[Duration] = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(client, name, permits, ttl, Permit, blocking_timeout, options)
+        self._pin = share_pin(self._permits)
+
+    def acquire(
+        self, blocking: bool = True, timeout: Optional[Duration] = None
+    ) -> Optional[Permit]:
+        """A permit, once a quorum granted one; None when none came (blocking=False: at once;
+        else at the deadline `timeout`, or the semaphore's blocking_timeout). Every permit is
+        tried at each attempt; attempts are retried as Lock.acquire's are, and raise as they do
+        (QuorumUnreachable, MasterConfigError)."""
+        taken: list = []
+        steps = acquire_permit_steps(
+            self._session,
+            self._name,
+            self._permits,
+            blocking,
+            timeout,
+            self._blocking_timeout,
+            taken,
+        )
+        try:
+            permit, votes = run(steps, self._session.rounds, self._pin)
+        except BaseException:
+            if taken:  # an interrupt once the steps were over: the permit they took goes back
+                run(give_back_steps(*taken), self._session.rounds, self._pin)
+            raise
+        if permit is None:
+            self._refused(votes)
+        return permit
+
+    def __enter__(self) -> Permit:
+        permit = self.acquire(timeout=self._blocking_timeout)
+        if permit is None:
+            raise LockNotAcquired(
+                f"no permit of semaphore {self._name!r} was acquired", self._last_votes
+            )
+        self._entering(threading.current_thread(), permit)
+        return permit
+
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
+        permit = self._leaving(threading.current_thread())
+        if exc_type is None:
+            permit.release()
+            return
+        try:
+            permit.release()
+        except HiredlockError as release_error:
+            _log.warning("releasing %r after an exception failed: %s", self._name, release_error)
