@@ -1624,8 +1624,9 @@ cdef class NativeEngine:
         try:
             if not m.has_channel:
                 spec = self.specs[i]
-                self._channels[i] = _tls.TLSChannel.on_fd(
-                    spec.tls, hl_context_fd(m.ctx), spec.host)
+                # (a Sentinel group's master is known by the address the sentinels gave)
+                host = spec.host if spec.host is not None else self._addresses[i].decode()
+                self._channels[i] = _tls.TLSChannel.on_fd(spec.tls, hl_context_fd(m.ctx), host)
                 m.has_channel = True
             channel = self._channels[i]
             done = channel.handshake()

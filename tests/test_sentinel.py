@@ -36,6 +36,7 @@ from support import (
     assert_no_key,
     assert_pttl_between,
     assert_values,
+    open_connections,
     set_foreign,
     wait_until,
 )
@@ -271,6 +272,42 @@ def eventual_state(rl, key, index, pred, what):
         return wait_until(check, 5 + EXTRA_SLACK, what)
     except AssertionError as exc:
         raise AssertionError(f"{exc}; last state {last}") from None
+
+
+def test_group_master_with_a_password(engine, fresh_sentinel_group, masters5, make_redlock, key):
+    """The URL's credentials are the group's master's: AUTH goes there (not to the sentinels);
+    a wrong one is that master's error vote, with the server's reason."""
+    group = fresh_sentinel_group
+    password = "m4ster-Pw"
+    for sentinel in group.sentinels:  # so that they keep watching the master
+        sentinel.client().execute_command(
+            "SENTINEL", "SET", group.service_name, "auth-pass", password
+        )
+    for server in group.servers:
+        server.admin().config_set("masterauth", password)
+        server.set_password(password)
+    plain = masters5[:2]
+    rl = make_redlock(
+        [plain[0].url, group.url(credentials=f":{password}"), plain[1].url],
+        master_timeout=MASTER_TIMEOUT,
+    )
+    open_connections(rl)  # (the group's master gets the SET only on an open connection)
+    lock = rl.lock(key, TTL)
+    assert lock.acquire(blocking=False)
+    state = eventual_state(rl, key, 1, lambda s: s.ours is True, "ours on the group's master")
+    assert state.outcome == Outcome.OK, state
+    assert group.master.admin().get(key) == lock.token.encode()
+    lock.release()
+    assert group.master.admin().get(key) is None
+
+    wrong = make_redlock(
+        [plain[0].url, group.url(credentials=":not-the-password"), plain[1].url],
+        master_timeout=MASTER_TIMEOUT,
+    )
+    state = eventual_state(
+        wrong, key, 1, lambda s: "WRONGPASS" in (s.detail or ""), "the server's WRONGPASS"
+    )
+    assert state.outcome == Outcome.ERROR, state
 
 
 @both_apis

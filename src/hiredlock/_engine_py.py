@@ -632,7 +632,9 @@ class _Round:
                 return
             if tls is not None:
                 try:
-                    master.channel = TLSChannel(tls, master.sock, master.spec.host)  # type: ignore[arg-type]
+                    # (a Sentinel group's master is known by the address the sentinels gave)
+                    host = master.spec.host or master.address.host
+                    master.channel = TLSChannel(tls, master.sock, host)
                 except TLSError as exc:
                     self.fail(master, CONN_ERROR, str(exc), unreached=True)
                     return
