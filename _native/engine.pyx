@@ -1130,6 +1130,9 @@ cdef class NativeEngine:
                 self._look_again(i)
                 continue
             if m.state == CONNECTING and now >= m.connect_deadline:
+                self._explain_pending(i, b"connect timed out")
+                snprintf(m.last_error, sizeof(m.last_error), b"not retried yet after: %s",
+                         b"connect timed out")
                 fail(m, now)
                 continue
             if m.slot_tail > m.slot_head:
@@ -1790,6 +1793,18 @@ cdef class NativeEngine:
                 self.oks[k] >= self.quorum or self.fails[k] > self.n - self.quorum):
             self.decided_at[k] = now_ns()
             self.c_undecided -= 1
+
+    cdef void _explain_pending(self, int i, const char *detail) noexcept nogil:
+        """Gives master i's pending votes on undecided keys (they end as TIMEOUT) a reason."""
+        cdef int k, cell
+        for k in range(self.c_n_items):
+            cell = k * self.n + i
+            if (self.codes[cell] == PENDING and self.decided_at[k] == 0
+                    and self.details[cell] == NULL):
+                self.details[cell] = <char *>malloc(strlen(detail) + 1)
+                if self.details[cell] != NULL:
+                    self.c_details = True
+                    memcpy(self.details[cell], detail, strlen(detail) + 1)
 
     cdef void _vote_master(self, int i, uint8_t code, const char *detail) noexcept nogil:
         cdef int k

@@ -541,6 +541,27 @@ def test_plaintext_client_on_a_tls_port(engine, make_redlock, tls_masters5, tls_
 # -- d: a TLS master stopped before the first connect --------------------------------------------
 
 
+def test_handshakes_that_never_end_time_out_as_connects(engine, make_redlock, tls_masters5, key):
+    """Two of three TLS masters SIGSTOPped before the first connect: their TCP connects complete
+    (in the kernel's backlog), their handshakes never do. Each votes TIMEOUT saying why, on
+    both engines, and the round ends at its deadline."""
+    masters = tls_masters5[:3]
+    rl = make_redlock([s.tls_url for s in masters], master_timeout=FAIL_MT)
+    for stopped in masters[1:]:
+        stopped.stop()
+    try:
+        with pytest.raises(QuorumUnreachable) as caught:
+            timed(lambda: rl.lock(key, TTL).acquire(blocking=False))
+    finally:
+        for stopped in masters[1:]:
+            stopped.cont()
+    votes = caught.value.votes
+    assert votes[0].outcome in (Outcome.OK, Outcome.SKIPPED), votes
+    for vote in votes[1:]:
+        assert vote.outcome == Outcome.TIMEOUT, votes
+        assert vote.detail == "connect timed out", votes
+
+
 def test_stopped_tls_master(engine, make_redlock, tls_masters5, key):
     """Master 0 is SIGSTOPped before the client's first round: its TCP connect completes in the
     kernel's backlog, the TLS handshake is never answered.  acquire, extend and release succeed on
