@@ -52,9 +52,39 @@ def won(codes: bytes, elapsed_ns: int, ttl_ms: float, drift: float, n_quorum: in
     return codes.count(_OK) >= n_quorum and ttl_ms - elapsed_ns / 1e6 - drift > 0
 
 
-def all_taken(codes: bytes) -> bool:
-    """Every master answered that the key is someone else's: none holds a token of this round."""
-    return codes.count(_TAKEN) == len(codes)
+def first_free_taken(
+    codes: bytes,
+    positions: Sequence[int],
+    elapsed_ns: int,
+    ttl_ms: float,
+    drift: float,
+    n_quorum: int,
+) -> tuple[int, bytes]:
+    """A semaphore round's judgement (each master took the first free of the keys it was sent
+    and said which, 1-based, or 0): (the position a quorum took in time, or 0; the votes as a
+    lock's round for that position: OK where a master took it, TAKEN where it took another)."""
+    taken = [position for code, position in zip(codes, positions) if code == _OK]
+    if not taken:
+        return 0, codes
+    best = max(set(taken), key=taken.count)
+    as_lock = bytes(
+        (_OK if position == best else _TAKEN) if code == _OK else code
+        for code, position in zip(codes, positions)
+    )
+    if won(as_lock, elapsed_ns, ttl_ms, drift, n_quorum):
+        return best, as_lock
+    return 0, as_lock
+
+
+def first_free_strays(codes: bytes, positions: Sequence[int], n_keys: int, kept: int) -> list[int]:
+    """The positions a semaphore round may have set and must unlock on every master: those the
+    masters took other than `kept`, and every one when some master's answer is unknown (it may
+    have taken any)."""
+    if any(code != _OK and code != _TAKEN for code in codes):
+        return [position for position in range(1, n_keys + 1) if position != kept]
+    return sorted(
+        {position for code, position in zip(codes, positions) if code == _OK and position != kept}
+    )
 
 
 def failures(codes: bytes) -> int:

@@ -14,6 +14,7 @@ whose round crosses a release can never bring the lock back.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Sequence
@@ -266,17 +267,6 @@ class LockBase:
             self._valid_until_ns = 0
             self._acquisition += 1
         self._session.held.pop(id(self), None)
-
-    def _free_here(self) -> bool:
-        """Not held through this object (an expired or lost acquisition is let go first)."""
-        if self._generation != _fork.generation:
-            self._this_process()
-        if self._token is None:
-            return True
-        if self.validity > 0.0:
-            return False
-        self._forget_expired()
-        return True
 
     def _acquire_steps(self, blocking: Any, timeout: Optional[Duration]) -> Steps:
         """Attempts until acquired (True), given up (False) or refused (an exception).
@@ -619,13 +609,14 @@ class PermitBase(LockBase):
     """Permit `index` of a semaphore: a lock on a key of its own, `hiredlock:permit:<i>:<name>`
     (Permit and hiredlock.aio.AsyncPermit add the API)."""
 
-    __slots__ = ("_index",)
+    __slots__ = ("_index", "_name_key")
 
     def __init__(
         self, client: ClientBase, name: str | bytes, index: int, ttl: Duration, **options: Any
     ) -> None:
         super().__init__(client, name, ttl, **options)
         self._index = index
+        self._name_key = self._key  # (the name's own key: the permits' keys derive from it)
         self._key = _scripts.permit_key(self._key, index)
 
     @property
@@ -634,73 +625,99 @@ class PermitBase(LockBase):
         return self._index
 
 
+# How many permits one attempt asks each master for (the first free of them is taken): a few, in
+# a random order, so that acquirers running at the same time rarely meet on the same permit.
+PERMITS_PER_ROUND = 4
+
+
 def acquire_permit_steps(
     session: Session,
     name: object,
-    permits: Sequence[LockBase],
+    template: PermitBase,
+    live: dict,
+    make_permit: Callable[[int], PermitBase],
+    n_permits: int,
     blocking: Any,
     timeout: Optional[Duration],
     blocking_timeout: Optional[float],
     taken: Optional[list] = None,
 ) -> Steps:
-    """One permit of a semaphore whose permits are `permits` (each a lock on a key of its own,
-    so that each is held by one holder at most, judged over a quorum as any lock is): every
-    permit this semaphore object does not hold is tried at once (one round trip per master), the
-    first one a quorum granted is kept and every other is unlocked on every master. Retried as a
-    lock's acquire is (_algorithm.Retrying). Returns (the permit held, ()), or (None, the votes
-    of the attempt that came closest). `taken` (a list) gets [permit, token] as soon as the permit
-    is ours: a blocking caller gives back exactly that one if an interrupt comes after the steps
-    (give_back_steps)."""
+    """One permit of a semaphore of `n_permits` (permit i a lock on a key of its own, so that
+    each has one holder at most, judged over a quorum as any lock is).
+
+    An attempt goes through the permits not held through this semaphore object (`live`: index ->
+    the permit handed out last) in a random order, a few per round: each master takes the first
+    of them that is free there and says which (_scripts.ACQUIRE_FIRST_FREE); the permit a quorum
+    took, in time, is ours (a new object from make_permit: a permit object is never handed to two
+    holders), and whatever else this round set is unlocked on every master. When every permit
+    was tried, or the masters failed, the attempt has failed and is retried as a lock's acquire
+    is (_algorithm.Retrying). Returns (the permit, ()) or (None, the votes of the last round).
+    `taken` (a list) gets [permit, token] as soon as the permit is ours: a blocking caller gives
+    back exactly that one if an interrupt comes after the steps (give_back_steps).
+    """
     deadline_ns = acquire_deadline(blocking, timeout, blocking_timeout)
-    first = permits[0]  # (made with one ttl: they share its timing)
-    ttl_ms, timeout_ms = first._ttl_ms, first._timeout_ms
+    ttl_ms, timeout_ms, drift_ms = template._ttl_ms, template._timeout_ms, template._drift_ms
+    ttl_text = str(ttl_ms).encode()
     retrying = None
     while True:
-        free = [permit for permit in permits if permit._free_here()]
-        if free:
-            keys = [permit._key for permit in free]
-            tokens = [new_token() for _ in free]
+        free = [i for i in range(n_permits) if not _held_through(live, i)]
+        random.shuffle(free)
+        codes: bytes = bytes(len(session.masters))  # (none free here: nothing was asked)
+        votes: tuple = ()
+        while free:
+            batch, free = free[:PERMITS_PER_ROUND], free[PERMITS_PER_ROUND:]
+            keys = [_scripts.permit_key(template._name_key, i) for i in batch]
+            token = new_token()
             start = time.monotonic_ns()
-            try:
-                results = yield SET_NX, (keys, tokens, ttl_ms, timeout_ms)
-            except BaseException:
-                yield from _unlock_keys(name, list(zip(keys, tokens)), timeout_ms)
-                raise
-            kept = None
-            unlock = []
-            for permit, key, token, result in zip(free, keys, tokens, results):
-                if kept is None and permit._refusal(result, result[1]) is None:
-                    kept = permit, token
-                elif not _algorithm.all_taken(result[0]):  # (else none of ours is there)
-                    unlock.append((key, token))
-            if unlock:
-                try:
-                    yield script(_RELEASE, 1, unlock, timeout_ms, True, honour_backoff=True)
-                except BaseException:
-                    if kept is not None:
-                        unlock.append((kept[0]._key, kept[1]))
-                    yield from _unlock_keys(name, unlock, timeout_ms)
-                    raise
-            if kept is not None:
-                kept[0]._took(kept[1], start, None)
-                if taken is not None:
-                    taken[:] = kept
-                return kept[0], ()
-            # the attempt that came closest speaks for it (its votes, reachable or not)
-            closest = min(
-                zip(free, results),
-                key=lambda pair: _algorithm.failures(pair[1][0]),
+            request = script(
+                _scripts.ACQUIRE_FIRST_FREE,
+                len(keys),
+                ((*keys, token, ttl_text),),
+                timeout_ms,
+                wait_all=False,
+                want_values=True,
+                honour_backoff=True,
             )
-            closest[0]._refused(closest[1])
-            codes, votes = closest[0]._last_codes, closest[0]._last_votes
-        else:  # every permit is held through this object already
-            codes, votes = bytes(len(session.masters)), ()
+            try:
+                result = (yield request)[0]
+            except BaseException:
+                yield from _unlock_keys(name, [(key, token) for key in keys], timeout_ms)
+                raise
+            codes, elapsed_ns, positions = result[0], result[1], result[3]
+            won, won_codes = _algorithm.first_free_taken(
+                codes, positions, elapsed_ns, ttl_ms, drift_ms, session.quorum
+            )
+            stray = _algorithm.first_free_strays(codes, positions, len(keys), won)
+            pairs = [(keys[position - 1], token) for position in stray]
+            if pairs:
+                try:
+                    yield script(_RELEASE, 1, pairs, timeout_ms, True, honour_backoff=True)
+                except BaseException:
+                    yield from _unlock_keys(name, [(key, token) for key in keys], timeout_ms)
+                    raise
+            if won:
+                permit = make_permit(batch[won - 1])
+                permit._took(token, start, None)
+                live[permit._index] = permit
+                if taken is not None:
+                    taken[:] = [permit, token]
+                return permit, ()
+            votes = session.votes((won_codes, elapsed_ns, result[2], None))
+            if _algorithm.quorum_unreachable(codes, session.quorum):
+                break  # (the other permits would meet the same masters)
         if retrying is None:
             retrying = _algorithm.Retrying(name, session.quorum, session, blocking, deadline_ns)
-        delay = retrying.after_failure(codes, votes)  # type: ignore[arg-type]
+        delay = retrying.after_failure(codes, votes)
         if delay is None:
             return None, votes
         yield PAUSE, delay
+
+
+def _held_through(live: dict, index: int) -> bool:
+    """Whether the permit last handed out for `index` is still held (its holder may be any
+    thread or task sharing the semaphore object)."""
+    permit = live.get(index)
+    return permit is not None and permit.held
 
 
 def give_back_steps(lock: LockBase, token: bytes) -> Steps:
@@ -722,9 +739,11 @@ def _unlock_keys(name: object, pairs: list[tuple[bytes, bytes]], timeout_ms: flo
 # -- batches: the steps of several locks at once (Redlock and AsyncRedlock call them) -----------
 
 
-def share_pin(locks: Sequence[LockBase]) -> list:
-    """One pin (see LockBase._pin) for the locks of a batch, which go out together."""
-    pin: list = [None]
+def share_pin(locks: Sequence[LockBase], pin: Optional[list] = None) -> list:
+    """One pin (see LockBase._pin) for the locks of a batch, which go out together (or for a
+    semaphore's permits: `pin`, the semaphore's own)."""
+    if pin is None:
+        pin = [None]
     for lock in locks:
         lock._pin = pin
     return pin

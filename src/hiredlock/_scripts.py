@@ -72,6 +72,14 @@ def fence_key(key: bytes) -> bytes:
     return FENCE_KEY_PREFIX + key
 
 
+# A semaphore's attempt: takes the first of KEYS that is free (SET NX PX, ARGV[1] = token,
+# ARGV[2] = ttl ms) and returns its position in KEYS (1-based), or 0 when every one is taken.
+ACQUIRE_FIRST_FREE = _script(
+    "for i, key in ipairs(KEYS) do "
+    "if redis.call('set', key, ARGV[1], 'NX', 'PX', ARGV[2]) then return i end "
+    "end return 0"
+)
+
 # A semaphore's permit i is a lock on its own key (see _lockbase.acquire_permit_steps).
 PERMIT_KEY_PREFIX = b"hiredlock:permit:"
 RESERVED_KEY_PREFIXES = (FENCE_KEY_PREFIX, PERMIT_KEY_PREFIX)

@@ -4,12 +4,13 @@ permits each owner (thread or task) took with `with`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
 from ._config import Duration, lock_name, non_negative_int
+from ._lockbase import acquire_permit_steps, share_pin
+from ._steps import Steps
 
-# Each attempt sends one SET per permit not held through the semaphore object to every master.
+# An attempt that finds every permit taken asks each master for all of them, a few per round.
 MAX_PERMITS = 1000
 
 
@@ -35,12 +36,24 @@ class SemaphoreBase:
             raise ValueError("fencing is not supported for semaphore permits")
         self._name = name
         self._session = client.session
-        self._permits: Sequence[Any] = tuple(
-            make_permit(client, name, index, ttl, blocking_timeout=blocking_timeout, **options)
-            for index in range(permits)
-        )
-        self._blocking_timeout = self._permits[0].blocking_timeout
+        self._n_permits = permits
+        self._pin: list = [None]  # the rounds of this semaphore and of its permits (see LockBase)
+
+        def make(index: int) -> Any:
+            permit = make_permit(
+                client, name, index, ttl, blocking_timeout=blocking_timeout, **options
+            )
+            share_pin([permit], self._pin)
+            return permit
+
+        # Permit objects are made per acquisition (one object is never handed to two holders:
+        # a late release by an earlier holder must not let go of the next one's permit); this
+        # one checks the options now and gives the permits' timing.
+        self._template = make(0)
+        self._make_permit = make
+        self._live: dict[int, Any] = {}  # index -> the permit handed out last for it
         self._entered: dict[Any, list[Any]] = {}  # owner -> the permits its `with` blocks took
+        self._blocking_timeout = self._template.blocking_timeout
         self._last_votes: tuple = ()
 
     @property
@@ -50,17 +63,34 @@ class SemaphoreBase:
     @property
     def permits(self) -> int:
         """How many holders the semaphore allows at a time."""
-        return len(self._permits)
+        return self._n_permits
 
     @property
     def held(self) -> list[Any]:
         """The permits held through this object now (a local view: no I/O)."""
-        return [permit for permit in self._permits if permit.held]
+        return [permit for permit in list(self._live.values()) if permit.held]
+
+    def _acquire_steps(
+        self, blocking: Any, timeout: Optional[Duration], taken: Optional[list] = None
+    ) -> Steps:
+        return acquire_permit_steps(
+            self._session,
+            self._name,
+            self._template,
+            self._live,
+            self._make_permit,
+            self._n_permits,
+            blocking,
+            timeout,
+            self._blocking_timeout,
+            taken,
+        )
 
     @property
     def last_votes(self) -> tuple:
-        """The masters' votes in the last attempt that got no permit (for the permit that came
-        closest)."""
+        """The masters' votes in the last attempt that got no permit (its last round, as a lock's
+        votes: OK where a master took the permit most of them took, TAKEN where it took none or
+        another)."""
         return self._last_votes
 
     def _entering(self, owner: Any, permit: Any) -> None:
@@ -79,6 +109,6 @@ class SemaphoreBase:
     def __repr__(self) -> str:
         held = len(self.held)
         return (
-            f"<hiredlock.{type(self).__name__} {self._name!r} permits={len(self._permits)} "
+            f"<hiredlock.{type(self).__name__} {self._name!r} permits={self._n_permits} "
             f"held here={held}>"
         )

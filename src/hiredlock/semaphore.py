@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from ._config import Duration
 from ._errors import HiredlockError, LockNotAcquired
-from ._lockbase import PermitBase, acquire_permit_steps, give_back_steps, share_pin
+from ._lockbase import PermitBase, give_back_steps
 from ._semaphores import SemaphoreBase
 from ._steps import run
 from .lock import Lock
@@ -46,27 +46,19 @@ class Semaphore(SemaphoreBase):
         **options: Any,
     ) -> None:
         super().__init__(client, name, permits, ttl, Permit, blocking_timeout, options)
-        self._pin = share_pin(self._permits)
 
     def acquire(
         self, blocking: bool = True, timeout: Optional[Duration] = None
     ) -> Optional[Permit]:
-        """A permit, once a quorum granted one; None when none came (blocking=False: at once;
-        else at the deadline `timeout`, or the semaphore's blocking_timeout). Every permit is
-        tried at each attempt; attempts are retried as Lock.acquire's are, and raise as they do
-        (QuorumUnreachable, MasterConfigError)."""
+        """A permit, once a quorum granted one; None when none came (blocking=False: after one
+        attempt; else at the deadline `timeout`, or the semaphore's blocking_timeout). An
+        attempt tries every permit not held through this object; attempts are retried as
+        Lock.acquire's are, and raise as they do (QuorumUnreachable, MasterConfigError)."""
         taken: list = []
-        steps = acquire_permit_steps(
-            self._session,
-            self._name,
-            self._permits,
-            blocking,
-            timeout,
-            self._blocking_timeout,
-            taken,
-        )
         try:
-            permit, votes = run(steps, self._session.rounds, self._pin)
+            permit, votes = run(
+                self._acquire_steps(blocking, timeout, taken), self._session.rounds, self._pin
+            )
         except BaseException:
             if taken:  # an interrupt once the steps were over: the permit they took goes back
                 run(give_back_steps(*taken), self._session.rounds, self._pin)

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from .._config import Duration
 from .._errors import HiredlockError, LockNotAcquired
-from .._lockbase import PermitBase, acquire_permit_steps, share_pin
+from .._lockbase import PermitBase
 from .._semaphores import SemaphoreBase
 from ._lock import AsyncLock
 
@@ -40,16 +40,12 @@ class AsyncSemaphore(SemaphoreBase):
         **options: Any,
     ) -> None:
         super().__init__(client, name, permits, ttl, AsyncPermit, blocking_timeout, options)
-        share_pin(self._permits)
 
     async def acquire(
         self, blocking: bool = True, timeout: Optional[Duration] = None
     ) -> Optional[AsyncPermit]:
         """As Semaphore.acquire; waits between attempts with asyncio.sleep."""
-        steps = acquire_permit_steps(
-            self._session, self._name, self._permits, blocking, timeout, self._blocking_timeout
-        )
-        permit, votes = await self._session.rounds.run(steps)
+        permit, votes = await self._session.rounds.run(self._acquire_steps(blocking, timeout))
         if permit is None:
             self._refused(votes)
         return permit
