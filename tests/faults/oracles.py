@@ -4,7 +4,8 @@
    on CLOCK_MONOTONIC (one clock for every process of this machine).  Two holders of one name whose
    [acquired_at, min(released_at, valid_until)] overlap are a violation.
 2. Occupancy counter on the judge server (a redis-server no fault touches): INCR on entry to the
-   critical section, DECR on exit; every entry that sees a value > 1 is a violation.
+   critical section, DECR on exit; every entry that sees a value above the judge's limit (1 for a
+   lock; a semaphore's permits) is a violation.  The largest value seen is recorded too.
 3. Lost-update counter on the judge: GET, work, SET under the lock; at the end the counter equals
    the number of completed sections.
 4. Fenced register on the judge: accepts a write only with a fence >= the last accepted one; a
@@ -21,10 +22,11 @@ from typing import NamedTuple, Optional
 
 import redis
 
-# KEYS: occupancy, violations, max seen.  Returns the occupancy after the increment.
+# KEYS: occupancy, violations, max seen.  ARGV: the limit.  Returns the occupancy after the
+# increment.
 _ENTER = """
 local v = redis.call('incr', KEYS[1])
-if v > 1 then redis.call('incr', KEYS[2]) end
+if v > tonumber(ARGV[1]) then redis.call('incr', KEYS[2]) end
 if v > tonumber(redis.call('get', KEYS[3]) or '0') then redis.call('set', KEYS[3], v) end
 return v
 """
@@ -44,11 +46,13 @@ return 0
 
 
 class Judge:
-    """The judge's side of the oracles 2-4, for one lock name."""
+    """The judge's side of the oracles 2-4, for one lock name (or a semaphore's name: `limit`,
+    the holders allowed at once, is then its permits)."""
 
-    def __init__(self, url: str, name: str) -> None:
+    def __init__(self, url: str, name: str, limit: int = 1) -> None:
         self.r = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=10)
         self.name = name
+        self.limit = limit
         p = f"judge:{name}:"
         self.k_occ, self.k_viol, self.k_max = p + "occ", p + "occ_violations", p + "occ_max"
         self.k_cnt, self.k_done = p + "counter", p + "completed"
@@ -59,7 +63,7 @@ class Judge:
 
     def enter(self) -> int:
         self.r.incr(self.k_entries)
-        return int(self._enter(keys=[self.k_occ, self.k_viol, self.k_max]))
+        return int(self._enter(keys=[self.k_occ, self.k_viol, self.k_max], args=[self.limit]))
 
     def exit(self) -> None:
         self.r.decr(self.k_occ)
@@ -139,10 +143,11 @@ FENCE_PREFIX = b"hiredlock:fence:"
 
 
 def leak_scan(servers, ttl_ms: int, since_ns: int) -> list[str]:
-    """Problems left on the masters (live servers only):
+    """Problems left on the masters (live servers only).  Every key is scanned (lock keys, a
+    semaphore's permit keys hiredlock:permit:<i>:<name>, anything else), and reported when it is:
 
     * a key without a TTL, other than the persistent fencing counters hiredlock:fence:*;
-    * a lock key that will outlive `ttl_ms` after `since_ns` (the last release and heal), i.e.
+    * a key that will outlive `ttl_ms` after `since_ns` (the last release and heal), i.e.
       whose PTTL now is more than ttl_ms minus the time elapsed since then.
     """
     problems = []

@@ -7,6 +7,13 @@ a scenario fails.
         scn.uncontended(200)
         scn.contended(200)
     scn.check_tier1()                # raises AssertionError naming the dump file
+
+The workload's kind is "lock" (the default) or "semaphore": then every call takes a permit of a
+semaphore with `permits` permits (Scenario(..., kind="semaphore", permits=3)), the occupancy
+oracle of the contended name allows `limit` holders (the permits unless given: a larger number of
+permits than `limit` is a negative control), each permit is judged as a lock of its own (interval,
+occupancy, lost-update oracles on name:p<index>), and `contenders` threads (async: tasks) spread
+over the worker processes contend (default: one per worker).
 """
 
 from __future__ import annotations
@@ -92,8 +99,14 @@ class Scenario:
     master_timeout: float = MASTER_TIMEOUT
     seed: int | None = None
     contended_fencing: tuple = (True, True, False, False)  # per worker: fenced or plain locks
+    kind: str = "lock"  # or "semaphore" (see the module's docstring)
+    permits: int = 1
+    limit: int | None = None  # the occupancy oracle's limit: the permits unless given
+    contenders: int | None = None  # contending threads in all: one per worker unless given
 
     def __post_init__(self):
+        if self.limit is None:
+            self.limit = self.permits
         if self.seed is None:
             self.seed = seed_for(self.title)
         self.rng = random.Random(self.seed)
@@ -172,10 +185,17 @@ class Scenario:
         me = f"unc:{os.getpid()}"
         try:
             for i in range(n):
-                lock = rl.lock(f"{judge_name}:{i}", self.ttl, fencing=fencing)
+                if self.kind == "semaphore":
+                    sem = rl.semaphore(f"{judge_name}:{i}", self.permits, self.ttl)
+                else:
+                    lock = rl.lock(f"{judge_name}:{i}", self.ttl, fencing=fencing)
                 t0 = time.monotonic_ns()
                 try:
-                    ok = lock.acquire(blocking=False)
+                    if self.kind == "semaphore":
+                        lock = sem.acquire(blocking=False)
+                        ok = lock is not None
+                    else:
+                        ok = lock.acquire(blocking=False)
                     outcome = "ok" if ok else "false"
                 except HiredlockError as exc:
                     ok, outcome = False, type(exc).__name__
@@ -217,14 +237,18 @@ class Scenario:
     def contended(self, n_total: int, *, acquire_timeout: float = ACQUIRE_TIMEOUT, **extra) -> None:
         """WORKERS processes share one lock name, n_total acquire(timeout=...) calls in all
         (the timeout plus HIREDLOCK_TEST_EXTRA_SLACK, an upper time bound like the others); the
-        workers start within 20 ms of each other, not in lock-step."""
+        workers start within 20 ms of each other, not in lock-step.  With `contenders`, that
+        many threads spread over the workers (and the calls in proportion)."""
         acquire_timeout += EXTRA_SLACK
         pool = self.lab.pool
         name = self.name + ":c"
         self.judges.append(name)
-        per = [
-            n_total // len(pool) + (1 if i < n_total % len(pool) else 0) for i in range(len(pool))
-        ]
+        if self.kind == "semaphore":
+            self.judges += [f"{name}:p{i}" for i in range(self.permits)]
+        contenders = self.contenders or len(pool)
+        threads = [contenders // len(pool) + (i < contenders % len(pool)) for i in range(len(pool))]
+        shares = [n_total // contenders + (j < n_total % contenders) for j in range(contenders)]
+        per = [sum(shares[sum(threads[:i]) : sum(threads[: i + 1])]) for i in range(len(pool))]
         start_at = time.monotonic_ns() + 200_000_000
         cmds = []
         for i in range(len(pool)):
@@ -239,7 +263,8 @@ class Scenario:
                     "ttl": self.ttl,
                     "master_timeout": self.master_timeout,
                     "retry_delay": RETRY_DELAY,
-                    "fencing": self.contended_fencing[i % len(self.contended_fencing)],
+                    "fencing": self.kind == "lock"
+                    and self.contended_fencing[i % len(self.contended_fencing)],
                     "cs_ms": list(CS_MS),
                     "acquire_timeout": acquire_timeout,
                     "calls": per[i],
@@ -247,6 +272,10 @@ class Scenario:
                     "seed": self.rng.randrange(2**31),
                     "label": f"w{i}",
                     "results_path": os.path.join(dump_dir(), f"w{i}-{os.getpid()}.json"),
+                    "kind": self.kind,
+                    "permits": self.permits,
+                    "limit": self.limit,
+                    "threads": threads[i],
                     **extra,
                 }
             )
@@ -315,6 +344,11 @@ class Scenario:
         return v
 
     @property
+    def occupancy_max(self) -> int:
+        """The most holders the occupancy oracles saw at once (for a semaphore: of its name)."""
+        return max((x["occupancy_max"] for x in self.verdicts.values()), default=0)
+
+    @property
     def acquisitions(self) -> int:
         return self.unc["calls"] + self.cont["calls"]
 
@@ -349,6 +383,11 @@ class Scenario:
             f"violations={v['total']} (interval {v['interval']}, occupancy {v['occupancy']},"
             f" lost-update {v['lost_update']}, fence {v['fence']})"
         )
+        if self.kind != "lock":
+            parts.append(
+                f"{self.kind}(permits={self.permits}) occupancy max={self.occupancy_max}"
+                f" (limit {self.limit})"
+            )
         parts.append(f"leaked={len(self.leaks)}")
         parts.append(f"p50={pct(lat, 0.5) * 1e3:.1f}ms p99={pct(lat, 0.99) * 1e3:.1f}ms")
         errs = {**self.unc["errors"], **{f"c:{k}": n for k, n in self.cont["errors"].items()}}
@@ -372,6 +411,10 @@ class Scenario:
             "fault": str(self.fault),
             "faulted": self.faulted,
             "via": self.via,
+            "kind": self.kind,
+            "permits": self.permits,
+            "limit": self.limit,
+            "contenders": self.contenders,
             "ttl": self.ttl,
             "master_timeout": self.master_timeout,
             "fault_schedule": self.lab.masters.schedule,

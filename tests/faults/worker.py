@@ -8,7 +8,10 @@ Commands:
   contend  acquire(timeout=...) in a loop (a number of calls, or until a deadline), each success
            followed by a critical section that feeds every oracle; returns per-call outcomes and
            latencies, the intervals held, RSS samples, and any exception that escaped as something
-           other than a hiredlock error.  Big results go to a file.
+           other than a hiredlock error.  Big results go to a file.  "kind": "lock" (the default)
+           or "semaphore" (a permit of one Semaphore with "permits" permits, judged against an
+           occupancy "limit"); "threads": how many threads (async: tasks) of the worker contend,
+           sharing its client (and semaphore).
   hold     acquire, enter the critical section, say {"event": "in_cs"}, wait for {"op": "go"}, then
            finish the section (the test SIGSTOPs the worker in between).
   exit
@@ -90,29 +93,56 @@ def _close(rl, end) -> None:
         end()
 
 
-def _critical_section(judge, rng, cs_ms, fence, me) -> dict:
-    """The oracles' work under the lock: occupancy, lost-update counter, fenced register."""
+def _critical_section(judge, rng, cs_ms, fence, me, outer=None) -> dict:
+    """The oracles' work under the lock: occupancy, lost-update counter, fenced register.  For a
+    semaphore's permit, `judge` is the permit's (one holder at a time) and `outer` the name's
+    (its limit is the permits), which counts occupancy only."""
+    outer_occ = outer.enter() if outer is not None else None
     occ = judge.enter()
     value = judge.read_counter()
     time.sleep(rng.uniform(*cs_ms) / 1000.0)
     judge.write_counter(value + 1)
     accepted = judge.fenced_write(fence, me) if fence is not None else None
     judge.exit()
-    return {"occ": occ, "fence_accepted": accepted}
+    if outer is not None:
+        outer.exit()
+    return {"occ": occ, "outer_occ": outer_occ, "fence_accepted": accepted}
+
+
+def _holders(rl, cmd, judge):
+    """(make, where, judges) for the command's "kind".  make() gives what a call acquires from:
+    a new Lock ("lock", the default) or the process's one Semaphore ("semaphore": "permits" permits,
+    shared by the worker's threads).  where(lock) gives the interval oracle's name and the judges
+    (judge, outer) of a held lock: a permit is judged as a lock of its own (name:p<index>), inside
+    the name's judge, whose limit is the semaphore's (the command's "limit").  judges: the ones
+    made here, to close."""
+    from faults.oracles import Judge
+
+    name, kind = cmd["name"], cmd.get("kind", "lock")
+    if kind == "lock":
+        fencing = bool(cmd.get("fencing"))
+        return (lambda: rl.lock(name, cmd["ttl"], fencing=fencing)), (lambda _: (name, judge)), []
+    if kind != "semaphore":
+        raise ValueError(f"unknown kind {kind!r}")
+    sem = rl.semaphore(name, cmd["permits"], cmd["ttl"])
+    permit_judges = [Judge(cmd["judge"], f"{name}:p{i}") for i in range(cmd["permits"])]
+
+    def where(permit):
+        return f"{name}:p{permit.index}", permit_judges[permit.index], judge
+
+    return (lambda: sem), where, permit_judges
 
 
 def contend(cmd) -> dict:
-    import hiredlock
+    """The "contend" command: `threads` (default 1) threads (on api "async": tasks) each run
+    _contend_loop, sharing the worker's client; one result for the worker."""
+    import threading
+
     from faults.oracles import Judge
 
-    rng = random.Random(cmd.get("seed"))
     me = f"{cmd.get('label', 'w')}:{os.getpid()}"
-    judge = Judge(cmd["judge"], cmd["name"])
+    judge = Judge(cmd["judge"], cmd["name"], limit=cmd.get("limit", 1))
     rl, end = _redlock(cmd)
-    calls, until_ns = cmd.get("calls"), cmd.get("until_ns")
-    timeout = cmd.get("acquire_timeout", 2.0)
-    cs_ms = tuple(cmd.get("cs_ms", (1, 5)))
-    fencing = bool(cmd.get("fencing"))
     out = {
         "label": me,
         "client": type(getattr(rl, "_target", rl)).__name__,  # Redlock or AsyncRedlock
@@ -128,71 +158,139 @@ def contend(cmd) -> dict:
         "rss": [],
         "lost_mid_section": 0,
     }
-    start_at = cmd.get("start_at_ns", 0)
-    while time.monotonic_ns() < start_at:
-        time.sleep(max(0.0, (start_at - time.monotonic_ns()) / 1e9))
-    n = 0
-    rss_every = cmd.get("rss_every", 0)
+    threads = cmd.get("threads", 1)
+    parts = [
+        {k: type(v)() for k, v in out.items() if isinstance(v, (list, dict, int))}
+        for _ in range(threads)
+    ]
+    judges = [judge]
+    failed: list = []
     try:
-        while True:
-            if calls is not None and n >= calls:
-                break
-            if until_ns is not None and time.monotonic_ns() >= until_ns:
-                break
-            n += 1
-            if rss_every and n % rss_every == 0:
-                out["rss"].append([n, _rss_kb()])
-            lock = rl.lock(cmd["name"], cmd["ttl"], fencing=fencing)
-            t0 = time.monotonic_ns()
-            try:
-                ok = lock.acquire(timeout=timeout)
-                outcome = "ok" if ok else "false"
-                if not ok:
-                    errs = out["errors"].setdefault("false", [])
-                    if len(errs) < 5:
-                        errs.append(_votes(type("V", (), {"votes": lock.last_votes})()))
-            except hiredlock.HiredlockError as exc:
-                ok, outcome = False, type(exc).__name__
-                errs = out["errors"].setdefault(outcome, [])
-                if len(errs) < 5:
-                    errs.append(_votes(exc))
-            except Exception as exc:  # must never happen: only typed errors may escape
-                ok, outcome = False, "escaped"
-                out["escaped"].append(f"acquire: {exc!r}\n{traceback.format_exc()[-1500:]}")
-            t1 = time.monotonic_ns()
-            out["calls"].append([t0, t1 - t0, outcome])
-            if not ok:
-                continue
-            acquired_at = t1
-            valid_until = acquired_at + int(lock.validity * 1e9)
-            token, fence = lock.token, lock.fence
-            cs = _critical_section(judge, rng, cs_ms, fence, me)
-            if cs["occ"] > 1:
-                out["occupancy_seen"] += 1
-            if cs["fence_accepted"] is False:
-                out["fence_refused"] += 1
-            released_at = time.monotonic_ns()
-            if released_at > valid_until:
-                out["lost_mid_section"] += 1
-            out["intervals"].append(
-                [cmd["name"], token, me, acquired_at, valid_until, released_at, fence]
-            )
-            try:
-                lock.release()
-            except hiredlock.HiredlockError as exc:
-                name = type(exc).__name__
-                errs = out["release_errors"].setdefault(name, [])
-                if len(errs) < 5:
-                    errs.append(_votes(exc))
-                else:
-                    errs.append("")
-            except Exception as exc:
-                out["escaped"].append(f"release: {exc!r}\n{traceback.format_exc()[-1500:]}")
+        make, where, more = _holders(rl, cmd, judge)
+        judges += more
+        start_at = cmd.get("start_at_ns", 0)
+        while time.monotonic_ns() < start_at:
+            time.sleep(max(0.0, (start_at - time.monotonic_ns()) / 1e9))
+        calls = cmd.get("calls")
+        if threads == 1:
+            _contend_loop(cmd, make, where, parts[0], random.Random(cmd.get("seed")), me, calls)
+        else:
+            runners = [
+                threading.Thread(
+                    target=_catching(_contend_loop, failed),
+                    args=(cmd, make, where, parts[k], random.Random(f"{cmd.get('seed')}:{k}")),
+                    kwargs={
+                        "me": f"{me}.{k}",
+                        "calls": _share(calls, threads, k),
+                        "rss_every": 0 if k else cmd.get("rss_every", 0),
+                    },
+                )
+                for k in range(threads)
+            ]
+            for t in runners:
+                t.start()
+            for t in runners:
+                t.join()
+            if failed:
+                raise failed[0]
     finally:
-        out["rss"].append([n, _rss_kb()])
+        for part in parts:
+            for k, v in part.items():
+                if isinstance(v, list):
+                    out[k].extend(v)
+                elif isinstance(v, dict):
+                    for key, items in v.items():
+                        out[k].setdefault(key, []).extend(items)
+                else:
+                    out[k] += v
+        out["rss"].append([sum(len(p["calls"]) for p in parts), _rss_kb()])
         _close(rl, end)
-        judge.close()
+        for j in judges:
+            j.close()
     return out
+
+
+def _share(calls, threads: int, k: int):
+    """Thread k's share of `calls` (None: no count, a deadline)."""
+    return None if calls is None else calls // threads + (k < calls % threads)
+
+
+def _catching(fn, failed: list):
+    """fn, keeping what it raises in `failed` (for a thread's caller to raise)."""
+
+    def run(*args, **kwargs):
+        try:
+            fn(*args, **kwargs)
+        except BaseException as exc:
+            failed.append(exc)
+
+    return run
+
+
+def _contend_loop(cmd, make, where, out, rng, me, calls, rss_every=None) -> None:
+    """acquire(timeout=...) in a loop (`calls` of them, or until the command's "until_ns"), each
+    success followed by the critical section; outcomes, intervals and errors go to `out`."""
+    import hiredlock
+
+    until_ns = cmd.get("until_ns")
+    timeout = cmd.get("acquire_timeout", 2.0)
+    cs_ms = tuple(cmd.get("cs_ms", (1, 5)))
+    n = 0
+    rss_every = cmd.get("rss_every", 0) if rss_every is None else rss_every
+    while True:
+        if calls is not None and n >= calls:
+            break
+        if until_ns is not None and time.monotonic_ns() >= until_ns:
+            break
+        n += 1
+        if rss_every and n % rss_every == 0:
+            out["rss"].append([n, _rss_kb()])
+        holder = make()
+        t0 = time.monotonic_ns()
+        try:
+            got = holder.acquire(timeout=timeout)  # a Lock's True/False, a Permit or None
+            ok = got is not None and got is not False
+            outcome = "ok" if ok else "false"
+            if not ok:
+                errs = out["errors"].setdefault("false", [])
+                if len(errs) < 5:
+                    errs.append(_votes(type("V", (), {"votes": holder.last_votes})()))
+        except hiredlock.HiredlockError as exc:
+            ok, outcome = False, type(exc).__name__
+            errs = out["errors"].setdefault(outcome, [])
+            if len(errs) < 5:
+                errs.append(_votes(exc))
+        except Exception as exc:  # must never happen: only typed errors may escape
+            ok, outcome = False, "escaped"
+            out["escaped"].append(f"acquire: {exc!r}\n{traceback.format_exc()[-1500:]}")
+        t1 = time.monotonic_ns()
+        out["calls"].append([t0, t1 - t0, outcome])
+        if not ok:
+            continue
+        lock = holder if got is True else got
+        acquired_at = t1
+        valid_until = acquired_at + int(lock.validity * 1e9)
+        token, fence = lock.token, lock.fence
+        name, judge, *outer = where(lock)
+        cs = _critical_section(judge, rng, cs_ms, fence, me, *outer)
+        if cs["occ"] > 1 or (outer and cs["outer_occ"] > outer[0].limit):
+            out["occupancy_seen"] += 1
+        if cs["fence_accepted"] is False:
+            out["fence_refused"] += 1
+        released_at = time.monotonic_ns()
+        if released_at > valid_until:
+            out["lost_mid_section"] += 1
+        out["intervals"].append([name, token, me, acquired_at, valid_until, released_at, fence])
+        try:
+            lock.release()
+        except hiredlock.HiredlockError as exc:
+            errs = out["release_errors"].setdefault(type(exc).__name__, [])
+            if len(errs) < 5:
+                errs.append(_votes(exc))
+            else:
+                errs.append("")
+        except Exception as exc:
+            out["escaped"].append(f"release: {exc!r}\n{traceback.format_exc()[-1500:]}")
 
 
 def hold(cmd) -> dict:
