@@ -541,6 +541,26 @@ def test_plaintext_client_on_a_tls_port(engine, make_redlock, tls_masters5, tls_
 # -- d: a TLS master stopped before the first connect --------------------------------------------
 
 
+def test_connect_opens_every_connection_before_the_first_lock(
+    engine, make_redlock, tls_masters5, redis_factory, tls_certs, key
+):
+    """connect() opens every master's connection, handshakes included, in a round that waits for
+    each: the first lock then reaches every master (without it, a master whose handshake ends
+    after the quorum's round gets no SET). A master that cannot be reached is its vote."""
+    (dead,) = redis_factory(1, tls=tls_certs.server())
+    dead_url = dead.tls_url
+    dead.kill()
+    rl = make_redlock([*(s.tls_url for s in tls_masters5), dead_url], master_timeout=MT)
+    votes = rl.connect()
+    assert [v.outcome for v in votes[:5]] == [Outcome.OK] * 5, votes
+    assert votes[5].outcome == Outcome.CONN_ERROR, votes
+    lock = rl.lock(key, TTL)
+    assert lock.acquire(blocking=False)
+    assert_values(tls_masters5, key, lock.token)
+    lock.release()
+    assert_no_key(tls_masters5, key)
+
+
 def test_handshakes_that_never_end_time_out_as_connects(engine, make_redlock, tls_masters5, key):
     """Two of three TLS masters SIGSTOPped before the first connect: their TCP connects complete
     (in the kernel's backlog), their handshakes never do. Each votes TIMEOUT saying why, on

@@ -55,6 +55,22 @@ def inspect_steps(session: Session, name: Any) -> Steps:
     return states
 
 
+def connect_steps(session: Session) -> Steps:
+    """Opens every master's connection (TCP, TLS handshake, login) in one round that waits for
+    each, as a round's first connects do (bounded by the master timeout, at least the connect
+    allowance); the masters' votes (OK where the connection is up)."""
+    result = (
+        yield script(
+            _scripts.PING,
+            0,
+            ((b"1",),),
+            session.master_timeout_ms(_scripts.MAX_TTL_MS),
+            wait_all=True,
+        )
+    )[0]
+    return session.votes(result)
+
+
 def locked(session: Session, states: Sequence[KeyState]) -> bool:
     """A majority of the masters hold a key for the name (anyone's lock)."""
     return sum(1 for state in states if state.exists) >= session.quorum

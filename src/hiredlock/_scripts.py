@@ -72,6 +72,10 @@ def fence_key(key: bytes) -> bytes:
     return FENCE_KEY_PREFIX + key
 
 
+# Nothing: a round of it opens (and logs in) every master's connection. Returns 1 (its one
+# argument is ignored: the engines send one at least).
+PING = _script("return 1")
+
 # A semaphore's attempt: takes the first of KEYS that is free (SET NX PX, ARGV[1] = token,
 # ARGV[2] = ttl ms) and returns its position in KEYS (1-based), or 0 when every one is taken.
 ACQUIRE_FIRST_FREE = _script(

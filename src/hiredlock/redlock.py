@@ -12,6 +12,7 @@ from . import _batches, _lockbase
 from ._batches import KeyState
 from ._client import ClientBase, NameOrFactory
 from ._config import Duration
+from ._errors import Vote
 from ._pool import EnginePool
 from ._session import Session
 from ._steps import run
@@ -164,6 +165,15 @@ class Redlock(ClientBase):
         holds the lock; raises QuorumUnreachable if fewer than a quorum answered.
         """
         run(_batches.delete_fence_counter_steps(self._session, name), self._session.rounds)
+
+    def connect(self) -> tuple[Vote, ...]:
+        """Opens every master's connection now (TCP, TLS handshake, AUTH/SELECT), in one round
+        that waits for each, instead of in the first acquire's round: a round ends once a quorum
+        decided, and a master whose connection completes after that gets nothing from it, so the
+        first lock of a fresh client may be held by a bare quorum. Returns each master's vote (OK:
+        connected); raises nothing for masters that failed. Optional: every round connects what
+        it needs. With threads, each thread's first round uses an engine of its own."""
+        return run(_batches.connect_steps(self._session), self._session.rounds)
 
     def locked(self, name: str | bytes) -> bool:
         """True if a majority of the masters hold a key for `name` (anyone's lock)."""

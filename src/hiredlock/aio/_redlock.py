@@ -13,6 +13,7 @@ from .. import _batches, _lockbase
 from .._batches import KeyState
 from .._client import ClientBase, NameOrFactory
 from .._config import Duration
+from .._errors import Vote
 from .._session import Session
 from ._lock import AsyncLock, AsyncRLock
 from ._rounds import AsyncRounds
@@ -85,6 +86,10 @@ class AsyncRedlock(ClientBase):
         """As Redlock.release_many: every lock in one round trip per master."""
         steps = _lockbase.release_many_steps(self._session, "AsyncRedlock", AsyncLock, list(locks))
         await self._rounds.run(steps)
+
+    async def connect(self) -> tuple[Vote, ...]:
+        """As Redlock.connect: opens every master's connection now; each master's vote."""
+        return await self._rounds.run(_batches.connect_steps(self._session))
 
     async def locked(self, name: str | bytes) -> bool:
         """True if a majority of the masters hold a key for `name` (anyone's lock)."""
