@@ -2011,14 +2011,16 @@ cdef extern from "Python.h":
 cdef int _SET_NX = -1
 cdef int _PAUSE = -1
 
-from time import sleep as _sleep
+_pause = None
 
 
-def set_step_kinds(int set_nx, int pause):
-    """Tells run_steps the request kinds of hiredlock._steps (called by that module)."""
-    global _SET_NX, _PAUSE
+def set_step_kinds(int set_nx, int pause, pause_function):
+    """Tells run_steps the request kinds of hiredlock._steps and how a pause is waited for
+    (called by that module)."""
+    global _SET_NX, _PAUSE, _pause
     _SET_NX = set_nx
     _PAUSE = pause
+    _pause = pause_function
 
 
 def run_steps(steps, pool, list pin=None):
@@ -2042,7 +2044,7 @@ def run_steps(steps, pool, list pin=None):
         args = (<tuple>request)[1] if kind != _PAUSE else None
         try:
             if kind == _PAUSE:
-                _sleep((<tuple>request)[1])
+                _pause((<tuple>request)[1])
                 reply = None
             else:
                 if pin is None or pin[0] is None:

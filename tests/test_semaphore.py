@@ -580,8 +580,9 @@ def test_interrupted_acquire_keeps_another_threads_permit(api, make_redlock, mas
     assert all(p is not None for p in held)
     for p in held:  # every SET of the holder has landed before the count below starts
         assert_values(masters5, p.key, p.token)
-    # retry_delay 5 s: the main thread's acquire pauses 2.5..7.5 s after its first attempt.
-    rl = make_redlock(urls(masters5), retry_delay=5)
+    # retry_delay 5 s, no release notices: the main thread's acquire pauses 2.5..7.5 s after its
+    # first attempt, and the release below does not wake it.
+    rl = make_redlock(urls(masters5), retry_delay=5, wake=False)
     open_connections(rl)
     sem = rl.semaphore(key, 2, 30)
 

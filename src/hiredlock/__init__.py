@@ -24,6 +24,7 @@ from ._scripts import MAX_TTL_MS, Outcome
 from .lock import Lock
 from .redlock import KeyState, Redlock
 from .rlock import RLock
+from .rwlock import ReadLock, RWLock, WriteLock
 from .semaphore import Permit, Semaphore
 
 MAX_TTL: float = MAX_TTL_MS / 1000.0
@@ -47,10 +48,13 @@ __all__ = [
     "Permit",
     "QuorumUnreachable",
     "RLock",
+    "RWLock",
+    "ReadLock",
     "Redlock",
     "Semaphore",
     "TooManyExtensions",
     "Vote",
+    "WriteLock",
     "__version__",
     "available_backends",
 ]

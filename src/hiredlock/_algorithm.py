@@ -87,6 +87,35 @@ def first_free_strays(codes: bytes, positions: Sequence[int], n_keys: int, kept:
     )
 
 
+def free_in_ms(codes: bytes, values: Sequence[int], n_quorum: int) -> Optional[float]:
+    """From the replies of RELEASE_AFTER_FAILURE (see _scripts): in how many ms a quorum of
+    masters will have the name free (the quorum-th earliest expiry), or None when that is not
+    known (too few masters answered, or the holder's keys have no expiry)."""
+    free_at = []
+    for code, value in zip(codes, values):
+        if code == _OK or (code == _TAKEN and value == 0):
+            free_at.append(0)
+        elif code == _TAKEN and value <= -2:
+            free_at.append(-2 - value)
+    if len(free_at) < n_quorum:
+        return None
+    free_at.sort()
+    return float(free_at[n_quorum - 1])
+
+
+# A waiter that knows when the holder's keys expire tries again this long after, at random (so
+# that waiters who learnt the same expiry do not all arrive at once).
+EXPIRY_SPREAD_MS = 2.0
+
+
+def wake_delay(delay: float, free_in_ms: Optional[float]) -> float:
+    """The longest a waiter woken by release notices waits (it may be woken sooner): the retry
+    delay, or less when the name frees itself (its holder's keys expire) before it."""
+    if free_in_ms is None:
+        return delay
+    return min(delay, (free_in_ms + random.uniform(0.0, EXPIRY_SPREAD_MS)) / 1000.0)
+
+
 def failures(codes: bytes) -> int:
     """How many masters failed (timed out, broke the connection, answered an error)."""
     return sum(codes.count(outcome) for outcome in FAILURES)

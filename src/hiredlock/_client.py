@@ -7,7 +7,7 @@ import functools
 from collections.abc import Iterable
 from typing import Any, Callable, Optional, Union
 
-from . import _scripts
+from . import _config, _scripts
 from ._config import Duration, MasterLike, MasterSpec
 from ._session import Session
 
@@ -27,6 +27,7 @@ class ClientBase:
         drift_factor: float = _scripts.DEFAULT_DRIFT_FACTOR,
         master_timeout: Optional[Duration] = None,
         backend: str = "auto",
+        wake: bool = True,
     ) -> None:
         self._session = session = Session(
             masters,
@@ -37,11 +38,17 @@ class ClientBase:
             backend=backend,
         )
         session.label = hex(id(self))
+        session.wake = _config.flag(wake, "wake")
         self.backend: str = session.backend
         session.rounds = self._rounds_for(session)
+        session.notices = self._notices_for(session)
 
     def _rounds_for(self, session: Session) -> Any:
         """What runs this client's rounds: an engine pool, or the asyncio rounds."""
+        raise NotImplementedError
+
+    def _notices_for(self, session: Session) -> Any:
+        """What wakes this client's waiters on a release (see _notices.py)."""
         raise NotImplementedError
 
     @property
@@ -69,6 +76,11 @@ class ClientBase:
     @property
     def retry_delay(self) -> float:
         return self._session.retry_delay
+
+    @property
+    def wake(self) -> bool:
+        """Whether waiters are woken by release notices (the default of each lock's `wake`)."""
+        return self._session.wake
 
     @property
     def drift_factor(self) -> float:

@@ -18,7 +18,6 @@ read as if in step.
 
 from __future__ import annotations
 
-import errno
 import os
 import select
 import socket
@@ -29,6 +28,7 @@ from typing import Any, Optional
 
 from . import _fork, _resolver
 from ._config import MasterSpec
+from ._connect import direct_address, login_commands, place_of, start_connect
 from ._contract import RoundResult
 from ._poller import POLLIN, POLLOUT, new_poller
 from ._resp import (
@@ -80,9 +80,6 @@ _IN_CHANNEL = memoryview(b"")
 _CONNECT_MIN_NS = int(CONNECT_TIMEOUT_MIN_MS * 1_000_000)
 _MAX_DETAIL = 400  # characters of an error text kept in a vote (as the native engine)
 _RECV_BYTES = 65536
-_IN_PROGRESS = frozenset(
-    {0, errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK, getattr(errno, "WSAEWOULDBLOCK", 0)}
-)
 # A connection the master closed shows as one of these in the idle check before a round.
 _POLLRDHUP = getattr(select, "POLLRDHUP", 0)
 _HUNG_UP = (
@@ -95,20 +92,6 @@ _HUNG_UP = (
 
 def _os_error_text(exc: OSError) -> str:
     return exc.strerror or str(exc) or type(exc).__name__
-
-
-def _login_commands(spec: MasterSpec) -> tuple[bytes, int]:
-    """AUTH [username] password and SELECT db, as needed; (the commands, how many)."""
-    commands = []
-    if spec.password is not None:
-        auth = [b"AUTH"]
-        if spec.username is not None:
-            auth.append(spec.username.encode())
-        auth.append(spec.password.encode())
-        commands.append(pack_command(auth))
-    if spec.db:
-        commands.append(pack_command((b"SELECT", b"%d" % spec.db)))
-    return b"".join(commands), len(commands)
 
 
 class _Master:
@@ -149,15 +132,11 @@ class _Master:
         self.spec = spec
         # what _resolver looks up for this master's address (a host name, or a Sentinel
         # group), or None: a unix socket or a numeric address needs no lookup
-        self.place: Any = None
-        if spec.sentinel is not None:
-            self.place = spec.sentinel
-        elif spec.path is None and _resolver.numeric_family(spec.host) is None:  # type: ignore[arg-type]
-            self.place = (spec.host, spec.port)
+        self.place: Any = place_of(spec)
         self.demoted = False  # answered READONLY in this round (a replica now)
         self.address: Any = None  # the looked-up address its connection went to
         self.check_after = 0  # (a Sentinel group's) when to compare it with the cache's again
-        self.login, self.n_login = _login_commands(spec)
+        self.login, self.n_login = login_commands(spec)
         self.sock: Optional[socket.socket] = None
         # a TLS master's channel (see _tls.py), made once the TCP connect is confirmed: every
         # byte of the connection goes through it
@@ -189,27 +168,12 @@ class _Master:
     def open(self, address: Any) -> None:
         """Starts a non-blocking connect (a unix socket path, or a resolved Address)."""
         self.address = address
-        if self.spec.path is not None:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # type: ignore[attr-defined]
-            target: Any = self.spec.path
-        else:
-            sock = socket.socket(address.family, socket.SOCK_STREAM)
-            target = (address.host, address.port)
-        try:
-            if self.spec.path is None:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.setblocking(False)
-            error = sock.connect_ex(target)
-            if error not in _IN_PROGRESS:
-                raise OSError(error, os.strerror(error))
-        except BaseException:
-            sock.close()
-            raise
+        sock, connected = start_connect(self.spec, address)
         self.sock = sock
         self.fd = sock.fileno()
         self.channel = None
         # (a TLS connection is not ready before its handshake: _Round._connected runs it)
-        self.state = _READY if error == 0 and self.spec.tls is None else _CONNECTING
+        self.state = _READY if connected and self.spec.tls is None else _CONNECTING
         self.reader = Reader()
         self.owed = deque()
         self.scripts = set()
@@ -1061,8 +1025,7 @@ class PythonEngine:
             elif master.place is not None:
                 named.append(master)
             else:
-                family = _resolver.numeric_family(spec.host)  # type: ignore[arg-type]
-                self._open(master, rnd, _resolver.Address(family, spec.host, spec.port))
+                self._open(master, rnd, direct_address(spec))
         if named:
             wait_s = max(0, rnd.deadline - time.monotonic_ns()) / 1e9
             places = [master.place for master in named]

@@ -25,7 +25,7 @@ from ._config import Duration
 from ._contract import RoundResult
 from ._errors import AlreadyAcquired, LockLost, NotHeld, QuorumUnreachable, TooManyExtensions
 from ._session import Session, Timing
-from ._steps import CLEANUP, PAUSE, SCRIPT, SET_NX, Steps, script
+from ._steps import CLEANUP, PAUSE, SCRIPT, SET_NX, Request, Steps, script
 from ._tokens import new_token
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ class LockBase:
         "_max_hold_ns",
         "_mutex",
         "_name",
+        "_notices",
         "_on_lost",
         "_owner",
         "_pin",
@@ -94,6 +95,7 @@ class LockBase:
         on_lost: Optional[Callable[..., Any]] = None,
         max_extensions: Optional[int] = None,
         fencing: bool = False,
+        wake: Optional[bool] = None,
     ) -> None:
         self._session = session = client.session
         self._rounds = session.rounds
@@ -123,6 +125,9 @@ class LockBase:
             else _config.non_negative_int(max_extensions, "max_extensions")
         )
         self._fencing = fencing if fencing is False else _config.flag(fencing, "fencing")
+        # what wakes this lock's waits on a release (None: only the retry timer)
+        woken = session.wake if wake is None else _config.flag(wake, "wake")
+        self._notices = session.notices if woken else None
         self._mutex = threading.Lock()
         self._generation = _fork.generation  # the process (see _fork) this state belongs to
         self._token: Optional[bytes] = None
@@ -141,6 +146,47 @@ class LockBase:
         # The engine this lock's next rounds must use, when its last one left commands behind on
         # a master (see _steps.run_python): a one-item list, shared by a batch's locks.
         self._pin: list = [None]
+
+    # -- the rounds of this kind of lock (read and write locks say otherwise) -------------------
+
+    def _acquire_request(self, token: bytes) -> Request:
+        return SET_NX, ((self._key,), (token,), self._ttl_ms, self._timeout_ms)
+
+    def _release_request(self, token: bytes) -> Request:
+        # (script(_RELEASE, ...) spelled out: this is half of every lock cycle)
+        argvs = ((self._key, token),)
+        timeout_ms = self._timeout_ms
+        return SCRIPT, (_RELEASE_SHA, _RELEASE_SOURCE, 1, argvs, timeout_ms, True, False, False)
+
+    def _unlock_request(self, token: bytes, kind: int, expiry: bool = False) -> Request:
+        """The unlock after an attempt that failed (kind SCRIPT: best effort, see the engine
+        contract's honour_backoff) or that an exception interrupted (CLEANUP). expiry: its
+        replies also say when the holder's keys expire (see _free_in)."""
+        argvs = ((self._key, token),)
+        if expiry:
+            return script(
+                _scripts.RELEASE_AFTER_FAILURE,
+                1,
+                argvs,
+                self._timeout_ms,
+                True,
+                want_values=True,
+                honour_backoff=True,
+            )
+        return script(
+            _RELEASE, 1, argvs, self._timeout_ms, True, honour_backoff=kind == SCRIPT, kind=kind
+        )
+
+    def _free_in(self, unlocked: RoundResult) -> Optional[float]:
+        """In how many ms the name frees itself, from an unlock made with expiry=True."""
+        return _algorithm.free_in_ms(unlocked[0], unlocked[3], self._session.quorum)
+
+    def _extend_request(self, token: bytes, ttl_ms: int, timeout_ms: float) -> Request:
+        return script(_EXTEND, 1, ((self._key, token, str(ttl_ms).encode()),), timeout_ms, True)
+
+    def _wake_channel(self) -> bytes:
+        """Where this lock's release is announced (see _notices.py)."""
+        return _scripts.released_channel(self._key)
 
     # -- what the API classes provide ------------------------------------------------------------
 
@@ -294,8 +340,7 @@ class LockBase:
                 if self._fencing:
                     failed, fence = yield from self._fenced_rounds(token, start)
                 else:
-                    args = ((self._key,), (token,), self._ttl_ms, self._timeout_ms)
-                    result = (yield SET_NX, args)[0]
+                    result = (yield self._acquire_request(token))[0]
                     failed = self._refusal(result, result[1])
                     fence = None
                 if failed is None:
@@ -304,18 +349,23 @@ class LockBase:
             except BaseException:
                 yield from self._unlock_steps(token)
                 raise
-            argvs = ((self._key, token),)
-            yield script(_RELEASE, 1, argvs, self._timeout_ms, True, honour_backoff=True)
+            notices = self._notices
+            # (with notices: and learn when the holder's keys expire)
+            unlocked = (yield self._unlock_request(token, SCRIPT, notices is not None))[0]
             self._refused(failed)
+            session = self._session
             if retrying is None:
-                session = self._session
                 retrying = _algorithm.Retrying(
                     self._name, session.quorum, session, blocking, deadline_ns
                 )
             delay = retrying.after_failure(self._last_codes, self._last_votes)
             if delay is None:
                 return False
-            yield PAUSE, delay
+            if notices is None:
+                yield PAUSE, (delay, None, None)
+            else:
+                delay = _algorithm.wake_delay(delay, self._free_in(unlocked))
+                yield PAUSE, (delay, notices, self._wake_channel())
 
     def _fenced_rounds(self, token: bytes, start: int) -> Steps:
         """Acquire with a fence: (the failed round or None, the fence).
@@ -361,7 +411,7 @@ class LockBase:
         if self._session.closed:
             return  # nothing went out (a closed client refuses every round), nor can it now
         try:
-            yield script(_RELEASE, 1, ((self._key, token),), self._timeout_ms, True, kind=CLEANUP)
+            yield self._unlock_request(token, CLEANUP)
         except Exception as exc:
             _log.warning("hiredlock: unlocking %r after an exception failed: %s", self._name, exc)
 
@@ -413,14 +463,7 @@ class LockBase:
         token = self._token
         try:
             token, lost = self._let_go()
-            argvs = ((self._key, token),)
-            # (script(_RELEASE, ...) spelled out: this is half of every lock cycle)
-            result = (
-                yield (
-                    SCRIPT,
-                    (_RELEASE_SHA, _RELEASE_SOURCE, 1, argvs, self._timeout_ms, True, False, False),
-                )
-            )[0]
+            result = (yield self._release_request(token))[0]
         except NotHeld:
             raise  # nothing of ours to unlock (in a forked child: the parent's lock)
         except BaseException:
@@ -495,9 +538,7 @@ class LockBase:
         start = time.monotonic_ns()
         # wait_all: every master that keeps up gets the new ttl (and the EVAL after a NOSCRIPT);
         # the validity still counts from this round's start.
-        result = (
-            yield script(_EXTEND, 1, ((self._key, token, str(ttl_ms).encode()),), timeout_ms, True)
-        )[0]
+        result = (yield self._extend_request(token, ttl_ms, timeout_ms))[0]
         if _algorithm.won(result[0], result[1], ttl_ms, drift, self._session.quorum):
             valid_until = start + int((ttl_ms - drift) * 1_000_000)
             with self._mutex:
@@ -710,7 +751,9 @@ def acquire_permit_steps(
         delay = retrying.after_failure(codes, votes)
         if delay is None:
             return None, votes
-        yield PAUSE, delay
+        notices = template._notices
+        channel = None if notices is None else _scripts.released_channel(template._name_key)
+        yield PAUSE, (delay, notices, channel)
 
 
 def _held_through(live: dict, index: int) -> bool:

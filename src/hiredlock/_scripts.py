@@ -21,11 +21,41 @@ def _script(source: str) -> Script:
     return Script(raw, hashlib.sha1(raw).hexdigest().encode())
 
 
-# Compare-then-delete: never removes a key that another holder set (KEYS[1] = key, ARGV[1] = token).
+# Where a release is announced: waiters subscribe to the channel of the name they wait for (see
+# _notices.py). A semaphore's permits announce on their semaphore's channel: the channel of a key
+# is this prefix and the key, a permit's key without its "hiredlock:permit:<i>:" part.
+RELEASED_CHANNEL_PREFIX = b"hiredlock:released:"
+
+# (Lua: publishes the release of KEYS[1] on its channel. pcall: a user whose ACL does not allow
+# the channel still releases; its waiters fall back to their timer.)
+_ANNOUNCE = (
+    "redis.pcall('publish', 'hiredlock:released:' .. "
+    "(string.gsub(KEYS[1], '^hiredlock:permit:%d+:', '')), '') "
+)
+
+# Compare-then-delete: never removes a key that another holder set (KEYS[1] = key, ARGV[1] =
+# token); a release is announced to the waiters.
 RELEASE = _script(
     "if redis.call('get', KEYS[1]) == ARGV[1] then "
-    "return redis.call('del', KEYS[1]) else return 0 end"
+    "redis.call('del', KEYS[1]) " + _ANNOUNCE + "return 1 else return 0 end"
 )
+
+# The unlock after a failed attempt: RELEASE, and when the key is not ours, when it frees itself:
+# 0 when it is missing, -1 when it has no expiry, else -2 - its pttl (see free_in_ms).
+RELEASE_AFTER_FAILURE = _script(
+    "local holder = redis.call('get', KEYS[1]) "
+    "if holder == ARGV[1] then redis.call('del', KEYS[1]) " + _ANNOUNCE + "return 1 end "
+    "if not holder then return 0 end "
+    "local pttl = redis.call('pttl', KEYS[1]) "
+    "if pttl < 0 then return -1 end "
+    "return -2 - pttl"
+)
+
+
+def released_channel(key: bytes) -> bytes:
+    """The channel a release of the lock (or semaphore) with this key is announced on."""
+    return RELEASED_CHANNEL_PREFIX + key
+
 
 # Compare-then-pexpire: re-arms our own key only; a key that is gone stays gone (ARGV[2] = ttl ms).
 EXTEND = _script(
@@ -86,7 +116,89 @@ ACQUIRE_FIRST_FREE = _script(
 
 # A semaphore's permit i is a lock on its own key (see _lockbase.acquire_permit_steps).
 PERMIT_KEY_PREFIX = b"hiredlock:permit:"
-RESERVED_KEY_PREFIXES = (FENCE_KEY_PREFIX, PERMIT_KEY_PREFIX)
+
+# A read-write lock's keys on each master (see _rwlocks.py): the writer's token (a string with
+# its ttl), the readers (a sorted set: token -> when it expires, on the master's clock), a writer
+# waiting (holds back new readers), readers waiting, and the readers' pass (after a writer's
+# release, the readers that waited go before the next writer). Each is its prefix and the name.
+RW_KEY_PREFIX = b"hiredlock:rw:"
+_RW_PARTS = (b"w:", b"r:", b"ww:", b"rw:", b"rp:")
+
+
+def rw_keys(key: bytes) -> tuple[bytes, ...]:
+    """(writer, readers, writer waiting, readers waiting, readers' pass) of the name `key`."""
+    return tuple(RW_KEY_PREFIX + part + key for part in _RW_PARTS)
+
+
+RESERVED_KEY_PREFIXES = (FENCE_KEY_PREFIX, PERMIT_KEY_PREFIX, RW_KEY_PREFIX)
+
+# The read-write lock's scripts: KEYS are rw_keys(), in that order; ARGV[1] = token, ARGV[2] = ttl
+# ms, ARGV[3] = the waiting window in ms (how long a waiting writer holds back new readers, and
+# how long readers that waited for a writer may pass a writer waiting after its release: a waiter
+# tries again well within it, woken or by its timer), ARGV[4] = the pass's grace in ms (below).
+# Readers' expiries are on the master's clock.
+_NOW = "local t = redis.call('time') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+
+# A reader: refused while a writer holds the lock, or waits for it (unless the readers' pass is
+# on: the first reader through it cuts it to ARGV[4] ms, time enough for the others woken by the
+# same release); then added with its own expiry (the set lives as long as its longest reader).
+READ_ACQUIRE = _script(
+    _NOW + "if redis.call('exists', KEYS[1]) == 1 then "
+    "redis.call('set', KEYS[4], '1', 'px', ARGV[3]) return 0 end "
+    "local pass = redis.call('pttl', KEYS[5]) "
+    "if pass < 0 and redis.call('exists', KEYS[3]) == 1 then "
+    "redis.call('set', KEYS[4], '1', 'px', ARGV[3]) return 0 end "
+    "if pass > tonumber(ARGV[4]) then redis.call('pexpire', KEYS[5], ARGV[4]) end "
+    "redis.call('zremrangebyscore', KEYS[2], '-inf', now) "
+    "redis.call('zadd', KEYS[2], now + ARGV[2], ARGV[1]) "
+    "if redis.call('pttl', KEYS[2]) < tonumber(ARGV[2]) then "
+    "redis.call('pexpire', KEYS[2], ARGV[2]) end "
+    "return 1"
+)
+
+# A writer: refused while a writer or a live reader holds the lock, or during the readers' pass,
+# and then it waits (holding back new readers); else it takes the lock.
+WRITE_ACQUIRE = _script(
+    _NOW + "redis.call('zremrangebyscore', KEYS[2], '-inf', now) "
+    "if redis.call('exists', KEYS[1]) == 1 or redis.call('exists', KEYS[2]) == 1 "
+    "or redis.call('exists', KEYS[5]) == 1 then "
+    "redis.call('set', KEYS[3], ARGV[1], 'px', ARGV[3]) return 0 end "
+    "redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2]) "
+    "if redis.call('get', KEYS[3]) == ARGV[1] then redis.call('del', KEYS[3]) end "
+    "return 1"
+)
+
+# A writer's release: readers that waited get their pass; announced.
+WRITE_RELEASE = _script(
+    "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end "
+    "redis.call('del', KEYS[1]) "
+    "if redis.call('exists', KEYS[4]) == 1 then "
+    "redis.call('set', KEYS[5], '1', 'px', ARGV[3]) redis.call('del', KEYS[4]) end "
+    + _ANNOUNCE
+    + "return 1"
+)
+
+# A reader's release (only while it is live: an expired reader is not released, it was lost);
+# the last reader's is announced (a writer may be waiting for it).
+READ_RELEASE = _script(
+    _NOW + "local expiry = redis.call('zscore', KEYS[2], ARGV[1]) "
+    "redis.call('zremrangebyscore', KEYS[2], '-inf', now) "
+    "if not expiry or tonumber(expiry) <= now then return 0 end "
+    "redis.call('zrem', KEYS[2], ARGV[1]) "
+    "if redis.call('exists', KEYS[2]) == 0 then " + _ANNOUNCE + "end "
+    "return 1"
+)
+
+# (A writer's extend is EXTEND's, on KEYS[1].) A reader's extend: a live reader gets a new
+# expiry (an expired one is not revived).
+READ_EXTEND = _script(
+    _NOW + "local expiry = redis.call('zscore', KEYS[2], ARGV[1]) "
+    "if not expiry or tonumber(expiry) <= now then return 0 end "
+    "redis.call('zadd', KEYS[2], 'xx', now + ARGV[2], ARGV[1]) "
+    "if redis.call('pttl', KEYS[2]) < tonumber(ARGV[2]) then "
+    "redis.call('pexpire', KEYS[2], ARGV[2]) end "
+    "return 1"
+)
 
 
 def permit_key(key: bytes, index: int) -> bytes:

@@ -57,6 +57,10 @@ class Session:
         )
         self.label = hex(id(self))  # names the watchdog thread; the owner may set its own
         self.rounds: Any = None  # set by the owner: an engine pool, or the asyncio rounds
+        # set by the owner: what wakes waiters on a release (see _notices.py), and whether
+        # locks use it unless told otherwise
+        self.notices: Any = None
+        self.wake = True
         self.held: dict[int, weakref.ref] = {}
         self.closed = False
         self.mutex = threading.Lock()

@@ -14,7 +14,10 @@ A request is a pair (kind, arguments), cheap to make on every round:
     (CLEANUP, the same as SCRIPT)                   a round made after an interruption: an
                                                     asyncio driver shields it from a second
                                                     cancellation; the blocking one just runs it
-    (PAUSE, seconds)                                wait before the next attempt
+    (PAUSE, (seconds, notices, channel))            wait before the next attempt: `seconds`,
+                                                    or less when `notices` (the client's release
+                                                    notices, see _notices.py; None: a plain
+                                                    sleep) has a notice on `channel` sooner
 """
 
 from __future__ import annotations
@@ -57,6 +60,15 @@ def script(
     )
 
 
+def pause(args: tuple) -> None:
+    """Waits as a PAUSE request asks, blocking."""
+    seconds, notices, channel = args
+    if notices is None:
+        time.sleep(seconds)
+    else:
+        notices.wait(channel, seconds)
+
+
 def begin_on_engine(engine: Any, kind: int, args: tuple) -> Any:
     """A round begun on an engine, to be fed events by a driver (engine.finish gives its
     results)."""
@@ -83,7 +95,7 @@ def run_python(steps: Steps, pool: Any, pin: Optional[list] = None) -> Any:
         while True:
             try:
                 if kind == PAUSE:
-                    time.sleep(args)
+                    pause(args)
                     reply = None
                 else:
                     prefer = pin[0] if pin is not None else None
@@ -109,5 +121,5 @@ try:  # the same loop in C where the native extension loads (see _native/engine.
 except ImportError:
     run = run_python
 else:
-    _native.set_step_kinds(SET_NX, PAUSE)
+    _native.set_step_kinds(SET_NX, PAUSE, pause)
     run = _native.run_steps

@@ -13,11 +13,13 @@ from ._batches import KeyState
 from ._client import ClientBase, NameOrFactory
 from ._config import Duration
 from ._errors import Vote
+from ._notices import ThreadNotices
 from ._pool import EnginePool
 from ._session import Session
 from ._steps import run
 from .lock import Lock
 from .rlock import RLock
+from .rwlock import RWLock
 from .semaphore import Semaphore
 
 __all__ = ["KeyState", "Redlock"]
@@ -41,6 +43,9 @@ class Redlock(ClientBase):
     drift_factor:   share of the ttl kept back for clock drift between this host and the masters.
     master_timeout: seconds to wait for each master per round; None: 5% of the ttl, 5 to 50 ms.
     backend:        "auto" (HIREDLOCK_IMPL, else native when it loads), "native" or "python".
+    wake:           waiters are woken when the lock they wait for is released (a notice from
+                    the masters, see README "Waiting") instead of only by the retry_delay timer;
+                    False: the timer only. Each lock may say otherwise (lock(..., wake=)).
 
     Every duration, here and in lock(), acquire() and extend(), is at most hiredlock.MAX_TTL
     (2**31 - 1 ms, about 24.8 days): a longer one is refused with ValueError when it is given.
@@ -49,6 +54,9 @@ class Redlock(ClientBase):
     def _rounds_for(self, session: Session) -> EnginePool:
         self._pool = EnginePool(session.new_engine)
         return self._pool
+
+    def _notices_for(self, session: Session) -> ThreadNotices:
+        return ThreadNotices(session.masters, session.label)
 
     def lock(
         self,
@@ -61,6 +69,7 @@ class Redlock(ClientBase):
         on_lost: Optional[Callable[[Lock], Any]] = None,
         max_extensions: Optional[int] = None,
         fencing: bool = False,
+        wake: Optional[bool] = None,
     ) -> Lock:
         """A lock on `name` (the Redis key) held for `ttl` seconds at most. No I/O happens here.
 
@@ -70,6 +79,7 @@ class Redlock(ClientBase):
         max_hold:         with auto_renew, stop renewing this long after the acquire.
         max_extensions:   extend() past this many times raises TooManyExtensions.
         fencing:          `lock.fence` is then larger than every earlier holder's fence.
+        wake:             woken by release notices while waiting (None: this Redlock's `wake`).
         """
         return Lock(
             self,
@@ -81,6 +91,7 @@ class Redlock(ClientBase):
             on_lost=on_lost,
             max_extensions=max_extensions,
             fencing=fencing,
+            wake=wake,
         )
 
     def acquire_many(self, names: Iterable[str | bytes], ttl: Duration) -> list[Optional[Lock]]:
@@ -121,6 +132,13 @@ class Redlock(ClientBase):
         side). No I/O happens here.
         """
         return Semaphore(self, name, permits, ttl, **options)
+
+    def rwlock(self, name: str | bytes, ttl: Duration, **options: Any) -> RWLock:
+        """A read-write lock: `rw.read()` and `rw.write()` make lock objects for many readers or
+        one writer of `name` (writers preferred: a waiting writer holds back new readers, and
+        readers that waited for a writer go before the next one). Options as lock()'s, per
+        holder; fencing is refused. No I/O happens here."""
+        return RWLock(self, name, ttl, **options)
 
     def rlock(self, name: str | bytes, ttl: Duration, **options: Any) -> RLock:
         """A reentrant lock: its owning thread may acquire it again (same options as lock())."""
@@ -202,6 +220,7 @@ class Redlock(ClientBase):
                 lock.release()
             except Exception as exc:  # closing must not fail half-way
                 _log.warning("hiredlock: releasing %r on close failed: %s", lock.name, exc)
+        session.notices.close()
         self._pool.close()
 
     def __enter__(self) -> Redlock:

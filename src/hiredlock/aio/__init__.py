@@ -9,6 +9,17 @@ async with AsyncRedlock(["redis://127.0.0.1:6379/0", ...]) as redlock:
 from .._batches import KeyState
 from ._lock import AsyncLock, AsyncRLock
 from ._redlock import AsyncRedlock
+from ._rwlock import AsyncReadLock, AsyncRWLock, AsyncWriteLock
 from ._semaphore import AsyncPermit, AsyncSemaphore
 
-__all__ = ["AsyncLock", "AsyncPermit", "AsyncRLock", "AsyncRedlock", "AsyncSemaphore", "KeyState"]
+__all__ = [
+    "AsyncLock",
+    "AsyncPermit",
+    "AsyncRLock",
+    "AsyncRWLock",
+    "AsyncReadLock",
+    "AsyncRedlock",
+    "AsyncSemaphore",
+    "AsyncWriteLock",
+    "KeyState",
+]

@@ -16,7 +16,9 @@ from .._config import Duration
 from .._errors import Vote
 from .._session import Session
 from ._lock import AsyncLock, AsyncRLock
+from ._notices import LoopNotices
 from ._rounds import AsyncRounds
+from ._rwlock import AsyncRWLock
 from ._semaphore import AsyncSemaphore
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -37,6 +39,9 @@ class AsyncRedlock(ClientBase):
         self._rounds = AsyncRounds(session)
         return self._rounds
 
+    def _notices_for(self, session: Session) -> LoopNotices:
+        return LoopNotices(session.masters)
+
     def lock(
         self,
         name: str | bytes,
@@ -48,6 +53,7 @@ class AsyncRedlock(ClientBase):
         on_lost: Optional[Callable[[AsyncLock], Any]] = None,
         max_extensions: Optional[int] = None,
         fencing: bool = False,
+        wake: Optional[bool] = None,
     ) -> AsyncLock:
         """As Redlock.lock(); auto_renew renews from a task of this loop, and on_lost may be a
         plain or a coroutine function."""
@@ -61,6 +67,7 @@ class AsyncRedlock(ClientBase):
             on_lost=on_lost,
             max_extensions=max_extensions,
             fencing=fencing,
+            wake=wake,
         )
 
     def semaphore(
@@ -68,6 +75,10 @@ class AsyncRedlock(ClientBase):
     ) -> AsyncSemaphore:
         """As Redlock.semaphore, for asyncio: an AsyncSemaphore whose permits are AsyncPermits."""
         return AsyncSemaphore(self, name, permits, ttl, **options)
+
+    def rwlock(self, name: str | bytes, ttl: Duration, **options: Any) -> AsyncRWLock:
+        """As Redlock.rwlock, for asyncio: read() and write() make AsyncLocks of each side."""
+        return AsyncRWLock(self, name, ttl, **options)
 
     def rlock(self, name: str | bytes, ttl: Duration, **options: Any) -> AsyncRLock:
         """A reentrant lock: the task that owns it may acquire it again (options as lock())."""
@@ -141,6 +152,7 @@ class AsyncRedlock(ClientBase):
         if session.closed:
             return
         session.closed = True  # no new acquire goes out from here on
+        session.notices.close()
         rounds = self._rounds
         await rounds.stop_tasks()
         while True:

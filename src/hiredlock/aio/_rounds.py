@@ -107,7 +107,11 @@ class AsyncRounds:
             while True:
                 try:
                     if kind == PAUSE:
-                        await asyncio.sleep(args)
+                        seconds, notices, channel = args
+                        if notices is None:
+                            await asyncio.sleep(seconds)
+                        else:
+                            await notices.wait(channel, seconds)
                         reply = None
                     elif kind == CLEANUP:
                         reply = await self._uncancelled(args)

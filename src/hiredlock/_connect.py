@@ -1,0 +1,73 @@
+"""How a connection to a master starts, for every pure-Python connection hiredlock makes (the
+python engine's, and the release-notice subscribers' of _notices.py): where its address comes
+from, the non-blocking connect, and the login commands."""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+from typing import Any, Optional
+
+from . import _resolver
+from ._config import MasterSpec
+from ._resp import pack_command
+
+_IN_PROGRESS = frozenset(
+    {0, errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK, getattr(errno, "WSAEWOULDBLOCK", -1)}
+)
+
+
+def place_of(spec: MasterSpec) -> Any:
+    """What _resolver looks up for this master's address (a host name, or a Sentinel group), or
+    None: a unix socket or a numeric address needs no lookup."""
+    if spec.sentinel is not None:
+        return spec.sentinel
+    if spec.path is None and _resolver.numeric_family(spec.host) is None:  # type: ignore[arg-type]
+        return (spec.host, spec.port)
+    return None
+
+
+def direct_address(spec: MasterSpec) -> Any:
+    """The address of a master that needs no lookup (see place_of): None for a unix socket."""
+    if spec.path is not None:
+        return None
+    family = _resolver.numeric_family(spec.host)  # type: ignore[arg-type]
+    return _resolver.Address(family, spec.host, spec.port)
+
+
+def login_commands(spec: MasterSpec) -> tuple[bytes, int]:
+    """AUTH [username] password and SELECT db, as needed; (the commands, how many)."""
+    commands = []
+    if spec.password is not None:
+        auth = [b"AUTH"]
+        if spec.username is not None:
+            auth.append(spec.username.encode())
+        auth.append(spec.password.encode())
+        commands.append(pack_command(auth))
+    if spec.db:
+        commands.append(pack_command((b"SELECT", b"%d" % spec.db)))
+    return b"".join(commands), len(commands)
+
+
+def start_connect(spec: MasterSpec, address: Optional[Any]) -> tuple[socket.socket, bool]:
+    """A non-blocking socket connecting to the master (a unix socket path when address is None,
+    else a resolved _resolver.Address); (the socket, True when it connected at once). Raises
+    OSError."""
+    if spec.path is not None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # type: ignore[attr-defined]
+        target: Any = spec.path
+    else:
+        sock = socket.socket(address.family, socket.SOCK_STREAM)
+        target = (address.host, address.port)
+    try:
+        if spec.path is None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setblocking(False)
+        error = sock.connect_ex(target)
+        if error not in _IN_PROGRESS:
+            raise OSError(error, os.strerror(error))
+    except BaseException:
+        sock.close()
+        raise
+    return sock, error == 0

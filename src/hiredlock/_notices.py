@@ -1,0 +1,509 @@
+"""Release notices: waiters woken when the lock they wait for is released, instead of a timer.
+
+Every release (and the unlock after a failed attempt, when it deleted our key) publishes on the
+name's channel (_scripts.RELEASED_CHANNEL_PREFIX + key). A client that has waiters keeps one
+subscriber connection per master, shared by all of them: a channel is subscribed while a waiter
+waits on it (and LINGER_S after the last one left, so that a lock loop does not subscribe anew on
+every wait), and any one master's notice wakes every waiter of that name in this client, which
+then tries again. A notice is only a hint: the attempt it triggers is judged over a quorum like
+any other, so a false or late notice costs one attempt, never a false acquire.
+
+A lost notice (a master down, a subscription not confirmed yet, a dropped connection) falls back
+to the waiter's timer (the randomised retry_delay), so it never blocks a waiter for long. The
+first confirmation of a new channel wakes its waiters too: a release that came between their
+failed attempt and the subscription would otherwise be missed.
+
+NoticeBoard is the state, without I/O of its own: the subscribers (non-blocking connections,
+TLS and login included) and the waiters per channel. ThreadNotices drives it from a thread for
+the blocking API (started by the first wait, ended when nothing was waited for during LINGER_S,
+or by close()); hiredlock.aio's LoopNotices drives it from the event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any, Callable, Optional
+
+from . import _fork, _resolver
+from ._config import MasterSpec
+from ._connect import direct_address, login_commands, place_of, start_connect
+from ._poller import POLLIN, POLLOUT, new_poller
+from ._resp import NOT_READY, ProtocolError, Reader, ReplyError, pack_command
+from ._tls import TLSChannel, TLSError
+
+# A channel stays subscribed this long after its last waiter left; the thread (and the
+# connections) end after this long without any channel.
+LINGER_S = 2.0
+# A subscriber that failed is reconnected after a pause, doubling from MIN to MAX.
+RECONNECT_MIN_S = 0.1
+RECONNECT_MAX_S = 2.0
+# A master that refused the subscriber (an ACL without the channels, say) is asked again after
+# this long.
+REFUSED_RETRY_S = 30.0
+# A connection (TLS handshake and login included) that is not up after this long is dropped.
+CONNECT_TIMEOUT_S = 2.0
+# How often the driver looks at the subscribers and the channels when nothing happens.
+TICK_S = 0.1
+
+_DOWN = 0
+_CONNECTING = 1
+_HANDSHAKE = 2
+_UP = 3
+
+_RECV_BYTES = 65536
+
+
+class SubscriberRefused(ProtocolError):
+    """The master answered the subscriber's login or SUBSCRIBE with an error."""
+
+
+class Subscriber:
+    """One master's pub/sub connection: a non-blocking state machine a driver feeds with its
+    socket's readiness. Raises OSError, TLSError or ProtocolError when the connection is
+    unusable (the board drops it)."""
+
+    __slots__ = (
+        "_host",
+        "_login",
+        "_logins_owed",
+        "_n_login",
+        "_reader",
+        "_since",
+        "_tls",
+        "_unsent",
+        "asked",
+        "backoff_s",
+        "confirmed",
+        "down_until",
+        "place",
+        "sock",
+        "spec",
+        "state",
+    )
+
+    def __init__(self, spec: MasterSpec) -> None:
+        self.spec = spec
+        self.place = place_of(spec)
+        self._login, n_login = login_commands(spec)
+        self._logins_owed = 0
+        self.sock: Optional[socket.socket] = None
+        self._tls: Optional[TLSChannel] = None
+        self._reader = Reader()
+        self._unsent = b""
+        self.state = _DOWN
+        self._since = 0.0
+        self._host: Optional[str] = None  # the name TLS checks (SNI), from the address
+        self.asked: set[bytes] = set()  # channels SUBSCRIBE was sent for on this connection
+        self.confirmed: set[bytes] = set()  # channels the master confirmed
+        self.down_until = 0.0
+        self.backoff_s = 0.0
+        self._n_login = n_login
+
+    def open(self, now: float) -> bool:
+        """Starts connecting; False when the master has no address yet (looked up meanwhile)."""
+        address = direct_address(self.spec) if self.place is None else None
+        if self.place is not None:
+            found = _resolver.lookup_many([self.place], 0.0)[0]
+            if isinstance(found, str):
+                return False
+            address = found
+        self.sock, connected = start_connect(self.spec, address)
+        self._host = address.host if address is not None else None
+        self._reader = Reader()
+        self._unsent = b""
+        self._tls = None
+        self.asked = set()
+        self.confirmed = set()
+        self._since = now
+        self.state = _CONNECTING
+        if connected:
+            self._connected()
+        return True
+
+    def fileno(self) -> int:
+        return self.sock.fileno() if self.sock is not None else -1
+
+    def events_wanted(self) -> int:
+        if self.state == _CONNECTING:
+            return POLLOUT
+        if self._unsent or (self._tls is not None and self._tls.wants_write):
+            return POLLIN | POLLOUT
+        return POLLIN
+
+    def overdue(self, now: float) -> bool:
+        return self.state in (_CONNECTING, _HANDSHAKE) and now - self._since > CONNECT_TIMEOUT_S
+
+    def on_writable(self) -> None:
+        if self.state == _CONNECTING:
+            error = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)  # type: ignore[union-attr]
+            if error:
+                raise OSError(error, "connect failed")
+            self._connected()
+            return
+        self._flush()
+
+    def on_readable(self) -> list[tuple[bytes, bytes]]:
+        """The messages that arrived: (b"message" or b"subscribe", channel) pairs."""
+        if self.state == _CONNECTING:
+            self.on_writable()
+            return []
+        if self.state == _HANDSHAKE:
+            self._handshake()
+            return []
+        if self._tls is not None:
+            data = self._tls.read()
+        else:
+            data = self.sock.recv(_RECV_BYTES)  # type: ignore[union-attr]
+            if not data:
+                raise OSError("connection closed by the master")
+        if not data:
+            return []
+        self._reader.feed(data)
+        out = []
+        while True:
+            reply = self._reader.get()
+            if reply is NOT_READY:
+                return out
+            if type(reply) is ReplyError:
+                raise SubscriberRefused(f"the master refused the subscriber: {reply.text}")
+            if self._logins_owed:
+                self._logins_owed -= 1
+                continue
+            if type(reply) is list and len(reply) == 3 and reply[0] in (b"message", b"subscribe"):
+                out.append((reply[0], reply[1]))
+                if reply[0] == b"subscribe":
+                    self.confirmed.add(reply[1])
+                    self.backoff_s = 0.0
+
+    def subscribe(self, channels: Sequence[bytes], unsubscribe: Sequence[bytes]) -> None:
+        """Asks for these changes (on a connection that is up)."""
+        data = b""
+        if channels:
+            data += pack_command((b"SUBSCRIBE", *channels))
+            self.asked.update(channels)
+        if unsubscribe:
+            data += pack_command((b"UNSUBSCRIBE", *unsubscribe))
+            self.asked.difference_update(unsubscribe)
+            self.confirmed.difference_update(unsubscribe)
+        if data:
+            self._send(data)
+
+    def close(self) -> None:
+        """Closes the connection (only close(): nothing is sent, as a forked child needs)."""
+        sock, self.sock = self.sock, None
+        if sock is not None:
+            sock.close()
+        self._tls = None
+        self.state = _DOWN
+        self.asked = set()
+        self.confirmed = set()
+
+    def failed(self, now: float, pause_s: Optional[float] = None) -> None:
+        """Closes the connection; the next one is opened after `pause_s`, or after a pause that
+        doubles with each failure in a row."""
+        self.close()
+        self.backoff_s = min(RECONNECT_MAX_S, max(RECONNECT_MIN_S, self.backoff_s * 2))
+        self.down_until = now + (self.backoff_s if pause_s is None else pause_s)
+
+    def _connected(self) -> None:
+        if self.spec.tls is not None:
+            self._tls = TLSChannel(self.spec.tls, self.sock, self._host)
+            self.state = _HANDSHAKE
+            self._handshake()
+            return
+        self._ready()
+
+    def _handshake(self) -> None:
+        if self._tls.handshake():  # type: ignore[union-attr]
+            self._ready()
+
+    def _ready(self) -> None:
+        self.state = _UP
+        self._logins_owed = self._n_login
+        if self._login:
+            self._send(self._login)
+
+    def _send(self, data: bytes) -> None:
+        if self._tls is not None:
+            self._tls.write(data)
+            return
+        self._unsent += data
+        self._flush()
+
+    def _flush(self) -> None:
+        if self._tls is not None:
+            self._tls.flush()
+            return
+        if self._unsent:
+            try:
+                sent = self.sock.send(self._unsent)  # type: ignore[union-attr]
+            except BlockingIOError:
+                sent = 0
+            self._unsent = self._unsent[sent:]
+
+
+class NoticeBoard:
+    """The subscribers of one client and its waiters per channel; no I/O of its own (a driver
+    calls service() now and then, and readable()/writable() when a subscriber's socket is).
+
+    A waiter is any object with a `notify()` the driver can call; its driver guards the board
+    with `mutex` when waiters come from other threads.
+    """
+
+    def __init__(self, masters: Sequence[MasterSpec]) -> None:
+        self.masters = tuple(masters)
+        self.subscribers = [Subscriber(spec) for spec in self.masters]
+        self.waiters: dict[bytes, set[Any]] = {}
+        self.idle_since: dict[bytes, float] = {}  # channels subscribed with no waiter, since
+        self.mutex = threading.Lock()
+        self.generation = _fork.generation
+        # called with a subscriber whose socket is about to be closed (a driver that registered
+        # it with an event loop unregisters it first)
+        self.on_drop: Callable[[Subscriber], None] = _nothing
+
+    def add(self, channel: bytes, waiter: Any) -> bool:
+        """Registers a waiter; True when its channel was not subscribed yet."""
+        waiting = self.waiters.get(channel)
+        if waiting is None:
+            self.waiters[channel] = waiting = set()
+        waiting.add(waiter)
+        return self.idle_since.pop(channel, None) is None and len(waiting) == 1
+
+    def remove(self, channel: bytes, waiter: Any, now: float) -> None:
+        waiting = self.waiters.get(channel)
+        if waiting is None:
+            return
+        waiting.discard(waiter)
+        if not waiting:
+            del self.waiters[channel]
+            self.idle_since[channel] = now
+
+    def wanted(self) -> bool:
+        return bool(self.waiters or self.idle_since)
+
+    def service(self, now: float) -> None:
+        """Forgets channels idle past LINGER_S, (re)connects the subscribers that need it and
+        brings each connected one's subscriptions up to date."""
+        for channel, since in list(self.idle_since.items()):
+            if now - since >= LINGER_S:
+                del self.idle_since[channel]
+        channels = set(self.waiters) | set(self.idle_since)
+        for subscriber in self.subscribers:
+            if subscriber.sock is None:
+                if not channels or now < subscriber.down_until:
+                    continue
+                try:
+                    if not subscriber.open(now):
+                        continue
+                except (OSError, TLSError):
+                    self.drop(subscriber, now)
+                    continue
+            if subscriber.overdue(now):
+                self.drop(subscriber, now)
+                continue
+            if subscriber.state == _UP:
+                try:
+                    subscriber.subscribe(
+                        sorted(channels - subscriber.asked), sorted(subscriber.asked - channels)
+                    )
+                except (OSError, TLSError):
+                    self.drop(subscriber, now)
+
+    def readable(self, subscriber: Subscriber, now: float) -> None:
+        was_up = subscriber.state == _UP
+        try:
+            messages = subscriber.on_readable()
+        except SubscriberRefused:
+            self.drop(subscriber, now, REFUSED_RETRY_S)
+            return
+        except (OSError, TLSError, ProtocolError):
+            self.drop(subscriber, now)
+            return
+        for kind, channel in messages:
+            if kind == b"message":
+                self.wake(channel)
+            elif not any(
+                channel in other.confirmed for other in self.subscribers if other is not subscriber
+            ):
+                self.wake(channel)  # the first master that will tell us: try again now
+        if not was_up and subscriber.state == _UP:
+            self.service(now)  # its subscriptions go out at once
+
+    def writable(self, subscriber: Subscriber, now: float) -> None:
+        was_up = subscriber.state == _UP
+        try:
+            subscriber.on_writable()
+        except (OSError, TLSError):
+            self.drop(subscriber, now)
+            return
+        if not was_up and subscriber.state == _UP:
+            self.service(now)
+
+    def wake(self, channel: bytes) -> None:
+        for waiter in self.waiters.get(channel, ()):
+            waiter.notify()
+
+    def drop(self, subscriber: Subscriber, now: float, pause_s: Optional[float] = None) -> None:
+        """Closes a failed subscriber; it reconnects after a pause (while channels are wanted)."""
+        if subscriber.sock is not None:
+            self.on_drop(subscriber)
+        subscriber.failed(now, pause_s)
+
+    def close_all(self) -> None:
+        for subscriber in self.subscribers:
+            if subscriber.sock is not None:
+                self.on_drop(subscriber)
+            subscriber.close()
+
+    def forget_parent(self) -> bool:
+        """In a forked child (True): the parent's connections and waiters are not ours (closed
+        without a byte sent)."""
+        if self.generation == _fork.generation:
+            return False
+        self.mutex = threading.Lock()
+        for subscriber in self.subscribers:
+            subscriber.close()
+        self.waiters = {}
+        self.idle_since = {}
+        self.generation = _fork.generation
+        return True
+
+
+class _ThreadWaiter:
+    __slots__ = ("event",)
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def notify(self) -> None:
+        self.event.set()
+
+
+class ThreadNotices:
+    """Release notices for a blocking client: wait() blocks the calling thread until a notice
+    for the channel (True) or the timeout (False). The subscribers are read by one thread,
+    started by the first wait and ended LINGER_S after the last one, or by close()."""
+
+    def __init__(self, masters: Sequence[MasterSpec], label: str) -> None:
+        self._board = NoticeBoard(masters)
+        self._label = label
+        self._thread: Optional[threading.Thread] = None
+        self._kick_r: Optional[socket.socket] = None
+        self._kick_w: Optional[socket.socket] = None
+        self._closed = False
+
+    def wait(self, channel: bytes, timeout: float) -> bool:
+        board = self._board
+        if board.forget_parent():
+            self._thread = None  # (the parent's: it does not run here)
+            self._kick_r = self._kick_w = None
+        waiter = _ThreadWaiter()
+        with board.mutex:
+            if self._closed:
+                return False
+            new = board.add(channel, waiter)
+            self._ensure_thread()
+        if new:
+            self._kick()
+        try:
+            return waiter.event.wait(timeout)
+        finally:
+            with board.mutex:
+                board.remove(channel, waiter, time.monotonic())
+
+    def close(self) -> None:
+        """Stops the thread (it has ended when this returns) and closes the connections."""
+        with self._board.mutex:
+            self._closed = True
+            thread = self._thread
+        self._kick()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _ensure_thread(self) -> None:
+        if self._thread is not None:
+            return
+        self._kick_r, self._kick_w = socket.socketpair()
+        self._kick_r.setblocking(False)
+        self._kick_w.setblocking(False)
+        self._thread = threading.Thread(
+            target=self._run,
+            args=(self._kick_r,),
+            name=f"hiredlock-notices-{self._label}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def _kick(self) -> None:
+        kick = self._kick_w
+        if kick is not None:
+            # (full: a kick is pending anyway; closed: the thread is ending)
+            with contextlib.suppress(OSError):
+                kick.send(b"x")
+
+    def _run(self, kick: socket.socket) -> None:
+        board = self._board
+        empty_since: Optional[float] = None
+        try:
+            while True:
+                now = time.monotonic()
+                with board.mutex:
+                    if self._closed:
+                        self._end(kick)
+                        return
+                    board.service(now)
+                    if board.wanted():
+                        empty_since = None
+                    elif empty_since is None:
+                        empty_since = now
+                    elif now - empty_since >= LINGER_S:
+                        self._end(kick)  # the next wait starts another thread
+                        return
+                    poller = new_poller()
+                    poller.register(kick.fileno(), POLLIN)
+                    by_fd = {}
+                    for subscriber in board.subscribers:
+                        if subscriber.sock is not None:
+                            by_fd[subscriber.fileno()] = subscriber
+                            poller.register(subscriber.fileno(), subscriber.events_wanted())
+                ready = poller.poll(TICK_S * 1000)
+                now = time.monotonic()
+                with board.mutex:
+                    for fd, events in ready:
+                        subscriber = by_fd.get(fd)
+                        if subscriber is None:
+                            _drain(kick)
+                        elif subscriber.sock is not None and subscriber.fileno() == fd:
+                            if events & POLLOUT:
+                                board.writable(subscriber, now)
+                            if events & ~POLLOUT and subscriber.sock is not None:
+                                board.readable(subscriber, now)
+        except BaseException:
+            with board.mutex:
+                if self._thread is threading.current_thread():
+                    self._end(kick)
+            raise
+
+    def _end(self, kick: socket.socket) -> None:
+        """The thread's last act (under the board's mutex): connections and kick sockets
+        closed, and no thread recorded, so that the next wait starts one."""
+        self._board.close_all()
+        kick.close()
+        if self._kick_w is not None:
+            self._kick_w.close()
+        self._kick_r = self._kick_w = None
+        self._thread = None
+
+
+def _drain(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while sock.recv(4096):
+            pass
+
+
+def _nothing(subscriber: Subscriber) -> None:
+    pass

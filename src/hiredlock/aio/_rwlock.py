@@ -1,0 +1,35 @@
+"""AsyncRWLock: RWLock for asyncio (see hiredlock._rwlocks for the rules)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._config import Duration
+from .._rwlocks import ReaderBase, RWLockBase, WriterBase
+from ._lock import AsyncLock
+
+
+class AsyncReadLock(ReaderBase, AsyncLock):
+    """One reader of an AsyncRWLock, with the AsyncLock API."""
+
+    __slots__ = ()
+
+
+class AsyncWriteLock(WriterBase, AsyncLock):
+    """The writer of an AsyncRWLock, with the AsyncLock API."""
+
+    __slots__ = ()
+
+
+class AsyncRWLock(RWLockBase):
+    """A read-write lock made by AsyncRedlock.rwlock(): read() and write() make a new lock
+    object for one holder each (`async with rw.read():`, `async with rw.write():`)."""
+
+    def __init__(self, client: Any, name: str | bytes, ttl: Duration, **options: Any) -> None:
+        super().__init__(client, name, ttl, AsyncReadLock, AsyncWriteLock, options)
+
+    def read(self) -> AsyncReadLock:
+        return self._make_read()
+
+    def write(self) -> AsyncWriteLock:
+        return self._make_write()

@@ -1,0 +1,40 @@
+"""RWLock: many readers or one writer of a name (see _rwlocks.py for the rules and why they
+hold); its read and write locks have the Lock API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._config import Duration
+from ._rwlocks import ReaderBase, RWLockBase, WriterBase
+from .lock import Lock
+
+__all__ = ["RWLock", "ReadLock", "WriteLock"]
+
+
+class ReadLock(ReaderBase, Lock):
+    """One reader of an RWLock, with the Lock API (acquire, release, extend, validity, `with`,
+    auto_renew); other readers may hold the name at the same time, a writer may not."""
+
+    __slots__ = ()
+
+
+class WriteLock(WriterBase, Lock):
+    """The writer of an RWLock, with the Lock API: no reader and no other writer holds the name
+    while it does."""
+
+    __slots__ = ()
+
+
+class RWLock(RWLockBase):
+    """A read-write lock made by Redlock.rwlock(): read() and write() make a new lock object
+    for one holder each (`with rw.read():`, `with rw.write():`)."""
+
+    def __init__(self, client: Any, name: str | bytes, ttl: Duration, **options: Any) -> None:
+        super().__init__(client, name, ttl, ReadLock, WriteLock, options)
+
+    def read(self) -> ReadLock:
+        return self._make_read()
+
+    def write(self) -> WriteLock:
+        return self._make_write()
