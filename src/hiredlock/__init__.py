@@ -21,6 +21,7 @@ from ._errors import (
     Vote,
 )
 from ._scripts import MAX_TTL_MS, Outcome
+from .fairlock import FairLock
 from .lock import Lock
 from .redlock import KeyState, Redlock
 from .rlock import RLock
@@ -36,6 +37,7 @@ __all__ = [
     "MAX_TTL",
     "AlreadyAcquired",
     "EngineUnavailable",
+    "FairLock",
     "HiredlockError",
     "KeyState",
     "Lock",

@@ -212,6 +212,18 @@ class Retrying:
         return min(delay, remaining)
 
 
+# -- waiting marks (a read-write lock's, a fair lock's queue) -------------------------------------
+
+# A waiter tries again within 1.5 x retry_delay when no notice wakes it, and each try renews its
+# marks on the masters; they last three retry delays and two round timeouts, 100 ms at least, so
+# that a waiter that gave up or died holds nobody back for longer.
+MIN_WINDOW_MS = 100
+
+
+def waiting_window_ms(retry_delay_s: float, timeout_ms: float) -> int:
+    return max(MIN_WINDOW_MS, int(3000 * retry_delay_s + 2 * timeout_ms))
+
+
 # -- after a failed renewal -------------------------------------------------------------------
 
 # A failed renewal is tried again after an eighth of the validity left, within these bounds.

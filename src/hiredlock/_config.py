@@ -517,7 +517,8 @@ def lock_name(name: Any) -> bytes:
         if key.startswith(prefix):
             raise ValueError(
                 f"name must not start with {prefix.decode()!r}: that prefix is reserved for "
-                "hiredlock's own keys (fencing counters, semaphore permits, read-write locks)"
+                "hiredlock's own keys (fencing counters, semaphore permits, read-write and "
+                "fair locks)"
             )
     return key
 

@@ -19,15 +19,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from . import _scripts
+from . import _algorithm, _scripts
 from ._config import Duration, lock_name
 from ._contract import RoundResult
 from ._lockbase import LockBase
 from ._steps import SCRIPT, Request, script
 
-# The waiting window: a waiter tries again within 1.5 x retry_delay when no notice wakes it, and
-# each try renews its mark; three retry delays and two round timeouts, 100 ms at least.
-MIN_WINDOW_MS = 100
 # The readers' pass after a writer's release lasts the window, or this long once the first reader
 # went through it (the readers woken by the same release arrive within a round or two): two round
 # timeouts and 10 ms. Until then no writer enters.
@@ -48,7 +45,7 @@ class _SideBase(LockBase):
     def __init__(self, client: Any, name: str | bytes, ttl: Duration, **options: Any) -> None:
         super().__init__(client, name, ttl, **options)
         self._keys = _scripts.rw_keys(self._key)
-        window_ms = max(MIN_WINDOW_MS, int(3000 * self._session.retry_delay + 2 * self._timeout_ms))
+        window_ms = _algorithm.waiting_window_ms(self._session.retry_delay, self._timeout_ms)
         grace_ms = int(GRACE_ROUNDS * self._timeout_ms + GRACE_MIN_MS)
         self._args = (str(self._ttl_ms).encode(), str(window_ms).encode(), str(grace_ms).encode())
         self._key = self._keys[self._key_index]

@@ -130,7 +130,18 @@ def rw_keys(key: bytes) -> tuple[bytes, ...]:
     return tuple(RW_KEY_PREFIX + part + key for part in _RW_PARTS)
 
 
-RESERVED_KEY_PREFIXES = (FENCE_KEY_PREFIX, PERMIT_KEY_PREFIX, RW_KEY_PREFIX)
+# A fair lock's queue on each master (see _fairlocks.py): its waiters by their order (a sorted
+# set: ticket -> order), and when each stops counting as waiting (ticket -> expiry on the
+# master's clock). The lock itself is the name's key, as a lock's.
+FAIR_KEY_PREFIX = b"hiredlock:fair:"
+
+
+def fair_keys(key: bytes) -> tuple[bytes, bytes]:
+    """(the queue, the waiters' expiries) of the name `key`."""
+    return FAIR_KEY_PREFIX + b"q:" + key, FAIR_KEY_PREFIX + b"e:" + key
+
+
+RESERVED_KEY_PREFIXES = (FENCE_KEY_PREFIX, PERMIT_KEY_PREFIX, RW_KEY_PREFIX, FAIR_KEY_PREFIX)
 
 # The read-write lock's scripts: KEYS are rw_keys(), in that order; ARGV[1] = token, ARGV[2] = ttl
 # ms, ARGV[3] = the waiting window in ms (how long a waiting writer holds back new readers, and
@@ -263,3 +274,30 @@ MAX_STALE_REPLIES = 256
 
 def quorum(n_masters: int) -> int:
     return n_masters // 2 + 1
+
+
+# A fair lock's attempt. KEYS: the lock, the queue, the expiries; ARGV: token, ttl ms, ticket,
+# order, the waiting window ms. Forgets the waiters whose time ran out, (re)queues this one for
+# the window, and takes the lock only when this waiter is first in the queue and it is free.
+# The queue's keys live as long as a waiter touches them within the window.
+FAIR_ACQUIRE = _script(
+    _NOW + "local gone = redis.call('zrangebyscore', KEYS[3], '-inf', now) "
+    "for _, ticket in ipairs(gone) do redis.call('zrem', KEYS[2], ticket) end "
+    "redis.call('zremrangebyscore', KEYS[3], '-inf', now) "
+    "redis.call('zadd', KEYS[2], ARGV[4], ARGV[3]) "
+    "redis.call('zadd', KEYS[3], now + ARGV[5], ARGV[3]) "
+    "redis.call('pexpire', KEYS[2], ARGV[5]) redis.call('pexpire', KEYS[3], ARGV[5]) "
+    "if redis.call('zrange', KEYS[2], 0, 0)[1] ~= ARGV[3] then return 0 end "
+    "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end "
+    "return 0"
+)
+
+# A fair lock's release, or a waiter leaving the queue (token ""): the ticket leaves the queue,
+# the lock is deleted if it is ours; either is announced (the next waiter may go).
+FAIR_RELEASE = _script(
+    "local left = redis.call('zrem', KEYS[2], ARGV[2]) redis.call('zrem', KEYS[3], ARGV[2]) "
+    "local ours = redis.call('get', KEYS[1]) == ARGV[1] "
+    "if ours then redis.call('del', KEYS[1]) end "
+    "if ours or left == 1 then " + _ANNOUNCE + "end "
+    "if ours then return 1 end return 0"
+)

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Callable, Optional, TypeVar
 
-from . import _batches, _lockbase
+from . import _batches, _config, _lockbase
 from ._batches import KeyState
 from ._client import ClientBase, NameOrFactory
 from ._config import Duration
@@ -17,6 +17,7 @@ from ._notices import ThreadNotices
 from ._pool import EnginePool
 from ._session import Session
 from ._steps import run
+from .fairlock import FairLock
 from .lock import Lock
 from .rlock import RLock
 from .rwlock import RWLock
@@ -70,6 +71,7 @@ class Redlock(ClientBase):
         max_extensions: Optional[int] = None,
         fencing: bool = False,
         wake: Optional[bool] = None,
+        fair: bool = False,
     ) -> Lock:
         """A lock on `name` (the Redis key) held for `ttl` seconds at most. No I/O happens here.
 
@@ -80,8 +82,10 @@ class Redlock(ClientBase):
         max_extensions:   extend() past this many times raises TooManyExtensions.
         fencing:          `lock.fence` is then larger than every earlier holder's fence.
         wake:             woken by release notices while waiting (None: this Redlock's `wake`).
+        fair:             a FairLock: blocking acquires are granted in the order they were made.
         """
-        return Lock(
+        fair = fair if fair is False else _config.flag(fair, "fair")
+        return (FairLock if fair else Lock)(
             self,
             name,
             ttl,

@@ -7,12 +7,14 @@ async with AsyncRedlock(["redis://127.0.0.1:6379/0", ...]) as redlock:
 """
 
 from .._batches import KeyState
+from ._fairlock import AsyncFairLock
 from ._lock import AsyncLock, AsyncRLock
 from ._redlock import AsyncRedlock
 from ._rwlock import AsyncReadLock, AsyncRWLock, AsyncWriteLock
 from ._semaphore import AsyncPermit, AsyncSemaphore
 
 __all__ = [
+    "AsyncFairLock",
     "AsyncLock",
     "AsyncPermit",
     "AsyncRLock",

@@ -9,12 +9,13 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Callable, Optional, TypeVar
 
-from .. import _batches, _lockbase
+from .. import _batches, _config, _lockbase
 from .._batches import KeyState
 from .._client import ClientBase, NameOrFactory
 from .._config import Duration
 from .._errors import Vote
 from .._session import Session
+from ._fairlock import AsyncFairLock
 from ._lock import AsyncLock, AsyncRLock
 from ._notices import LoopNotices
 from ._rounds import AsyncRounds
@@ -54,10 +55,12 @@ class AsyncRedlock(ClientBase):
         max_extensions: Optional[int] = None,
         fencing: bool = False,
         wake: Optional[bool] = None,
+        fair: bool = False,
     ) -> AsyncLock:
         """As Redlock.lock(); auto_renew renews from a task of this loop, and on_lost may be a
         plain or a coroutine function."""
-        return AsyncLock(
+        fair = fair if fair is False else _config.flag(fair, "fair")
+        return (AsyncFairLock if fair else AsyncLock)(
             self,
             name,
             ttl,

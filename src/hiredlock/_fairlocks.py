@@ -1,0 +1,88 @@
+"""Fair locks: waiters get the lock in the order they asked for it.
+
+A fair lock is a lock on the name's key (as a Lock is) with a queue in front of it on each
+master (_scripts.fair_keys): an attempt queues its acquire() call's ticket under the call's
+order, the time it was made (this client's clock, in microseconds; the ticket breaks ties), and
+takes the lock only where that ticket is first in the queue and the lock is free (FAIR_ACQUIRE).
+The order being the same number on every master, every master's queue has the same order, so
+no two waiters can each be first on a part of the masters and block each other.
+
+A waiter's place lasts the waiting window (_algorithm.waiting_window_ms) past its last attempt:
+a waiter that died leaves the queue within it. A call that gives up (deadline, blocking=False,
+an exception) leaves the queue at once; a release leaves it and wakes the next (FAIR_RELEASE).
+The retry, deadline, unlock, renewal and cancellation logic is LockBase's.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Optional
+
+from . import _algorithm, _scripts
+from ._config import Duration
+from ._lockbase import LockBase
+from ._steps import CLEANUP, Request, Steps, script
+from ._tokens import new_token
+
+_log = logging.getLogger("hiredlock")
+
+
+class FairBase(LockBase):
+    """A fair lock's queue and rounds (FairLock and hiredlock.aio.AsyncFairLock add the API)."""
+
+    __slots__ = ("_held_ticket", "_order", "_queue", "_ticket", "_window")
+    _kind = "FairLock"
+
+    def __init__(self, client: Any, name: str | bytes, ttl: Duration, **options: Any) -> None:
+        super().__init__(client, name, ttl, **options)
+        self._queue = _scripts.fair_keys(self._key)
+        window = _algorithm.waiting_window_ms(self._session.retry_delay, self._timeout_ms)
+        self._window = str(window).encode()
+        self._ticket: Optional[bytes] = None  # the acquire() call's place in the queues
+        self._order = b""
+        self._held_ticket = b""  # the holder's ticket, for its release
+
+    def _acquire_steps(self, blocking: Any, timeout: Optional[Duration]) -> Steps:
+        """LockBase's acquire, in a place of the queue taken by its first attempt and left
+        when the call ends without the lock."""
+        try:
+            acquired = yield from LockBase._acquire_steps(self, blocking, timeout)
+        except BaseException:
+            yield from self._leave_steps()
+            raise
+        if acquired:
+            self._held_ticket = self._ticket or b""
+            self._ticket = None
+        else:
+            yield from self._leave_steps()
+        return acquired
+
+    def _acquire_request(self, token: bytes) -> Request:
+        if self._ticket is None:  # (the call's first attempt)
+            self._ticket = new_token()
+            self._order = b"%d" % (time.time_ns() // 1000)
+        argv = (self._key, *self._queue, token, b"%d" % self._ttl_ms, self._ticket)
+        return script(
+            _scripts.FAIR_ACQUIRE,
+            3,
+            ((*argv, self._order, self._window),),
+            self._timeout_ms,
+            False,
+            honour_backoff=True,
+        )
+
+    def _release_request(self, token: bytes) -> Request:
+        argv = (self._key, *self._queue, token, self._held_ticket)
+        return script(_scripts.FAIR_RELEASE, 3, (argv,), self._timeout_ms, True)
+
+    def _leave_steps(self) -> Steps:
+        """Takes this call's ticket out of every master's queue (best effort, as an unlock)."""
+        ticket, self._ticket = self._ticket, None
+        if ticket is None or self._session.closed:
+            return
+        argv = (self._key, *self._queue, b"", ticket)
+        try:
+            yield script(_scripts.FAIR_RELEASE, 3, (argv,), self._timeout_ms, True, kind=CLEANUP)
+        except Exception as exc:
+            _log.warning("hiredlock: leaving the queue of %r failed: %s", self._name, exc)

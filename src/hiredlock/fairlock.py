@@ -1,0 +1,15 @@
+"""FairLock: a Lock whose waiters get it in the order they asked (see _fairlocks.py)."""
+
+from __future__ import annotations
+
+from ._fairlocks import FairBase
+from .lock import Lock
+
+__all__ = ["FairLock"]
+
+
+class FairLock(FairBase, Lock):
+    """A Lock made by Redlock.lock(name, ttl, fair=True): blocking acquires are granted in the
+    order they were made (see README "Fair lock" for what that order is)."""
+
+    __slots__ = ()
