@@ -285,9 +285,10 @@ cdef struct Master:
     unsigned long long received  # replies read from it so far: reply n answers command n
     Redo *redo_head            # EVALs owed to abandoned script commands, in command order
     Redo *redo_tail
-    # Bit s: script s has run on this connection, so the server has it cached and EVALSHA is
-    # safe. Until then the script goes as EVAL: an EVALSHA whose NOSCRIPT reply is lost or comes
-    # after its round would never be followed by its EVAL (a release that silently does nothing).
+    # Bit s: script s was sent on this connection as EVAL, so the server has it cached before any
+    # later command of the connection runs, and EVALSHA is safe (a NOSCRIPT, after a SCRIPT
+    # FLUSH, is answered with the EVAL, in its round or late). Until then the script goes as EVAL,
+    # and a master that stopped reading is sent the source once, not with every command.
     uint32_t scripts_known
     # the handshake, formatted once: AUTH [user] password, SELECT db
     int auth_argc
@@ -1354,7 +1355,7 @@ cdef class NativeEngine:
         """Queues the handshake (on a new connection) and every command of the round; writes."""
         cdef Master *m = &self.masters[i]
         cdef int k
-        # A script this connection has not run yet goes as EVAL (see Master.scripts_known);
+        # A script not sent on this connection yet goes as EVAL (see Master.scripts_known);
         # a script the engine does not track (more than 32) relies on the NOSCRIPT fallback.
         cdef bint as_eval = cmd.script_bit != 0 and not (m.scripts_known & cmd.script_bit)
         cdef const char *failure
@@ -1364,6 +1365,7 @@ cdef class NativeEngine:
                 if failure != NULL:
                     self._fail_master(i, CONN_ERROR, failure, now)
                     return
+            m.scripts_known |= cmd.script_bit
         else:
             if m.slot_tail + cmd.n_items > m.slot_cap:
                 self._fail_master(i, CONN_ERROR, b"out of memory", now)

@@ -146,10 +146,11 @@ class _Master:
         self.reader = Reader()
         self.owed: deque = deque()
         self.login_due = False
-        # SHAs of the scripts that have run on this connection: EVALSHA is safe for those. Until
-        # a script has run, it goes as EVAL: an EVALSHA whose NOSCRIPT reply is lost or comes
-        # after its round would never be followed by its EVAL (a release that silently does
-        # nothing).
+        # SHAs of the scripts sent on this connection as EVAL: the master has them cached before
+        # any later command of the connection runs, so EVALSHA is safe for those (a NOSCRIPT, after
+        # a SCRIPT FLUSH, is answered with the EVAL, in its round or late). Until then a script
+        # goes as EVAL, the only form that cannot be refused. A master that stopped reading is
+        # then sent the source once, not with every command queued for it.
         self.scripts: set[bytes] = set()
         # Bytes the socket has not taken yet (written as it becomes writable): a stopped master
         # with full buffers must not hold up the others.
@@ -565,7 +566,8 @@ class _Round:
     def queue(self, master: _Master) -> None:
         """Writes the round's commands (after the login on a new connection) to a master."""
         if self.evals is not None and self.sha not in master.scripts:
-            data = self.evals.all()  # not run on this connection yet: EVAL (see _Master.scripts)
+            data = self.evals.all()  # not sent on this connection yet: EVAL (see _Master.scripts)
+            master.scripts.add(self.sha)
         else:
             data = self.batch
         owed = master.owed
