@@ -362,10 +362,11 @@ class LockBase:
             if delay is None:
                 return False
             if notices is None:
-                yield PAUSE, (delay, None, None)
+                yield PAUSE, (delay, None, None, 0.0)
             else:
                 delay = _algorithm.wake_delay(delay, self._free_in(unlocked))
-                yield PAUSE, (delay, notices, self._wake_channel())
+                settle = _algorithm.settle_after_notice(failed[0], failed[1])
+                yield PAUSE, (delay, notices, self._wake_channel(), settle)
 
     def _fenced_rounds(self, token: bytes, start: int) -> Steps:
         """Acquire with a fence: (the failed round or None, the fence).
@@ -753,7 +754,7 @@ def acquire_permit_steps(
             return None, votes
         notices = template._notices
         channel = None if notices is None else _scripts.released_channel(template._name_key)
-        yield PAUSE, (delay, notices, channel)
+        yield PAUSE, (delay, notices, channel, 0.0)
 
 
 def _held_through(live: dict, index: int) -> bool:

@@ -14,10 +14,11 @@ A request is a pair (kind, arguments), cheap to make on every round:
     (CLEANUP, the same as SCRIPT)                   a round made after an interruption: an
                                                     asyncio driver shields it from a second
                                                     cancellation; the blocking one just runs it
-    (PAUSE, (seconds, notices, channel))            wait before the next attempt: `seconds`,
+    (PAUSE, (seconds, notices, channel, settle))    wait before the next attempt: `seconds`,
                                                     or less when `notices` (the client's release
                                                     notices, see _notices.py; None: a plain
-                                                    sleep) has a notice on `channel` sooner
+                                                    sleep) has a notice on `channel` sooner,
+                                                    and then `settle` seconds more
 """
 
 from __future__ import annotations
@@ -62,11 +63,11 @@ def script(
 
 def pause(args: tuple) -> None:
     """Waits as a PAUSE request asks, blocking."""
-    seconds, notices, channel = args
+    seconds, notices, channel, settle = args
     if notices is None:
         time.sleep(seconds)
-    else:
-        notices.wait(channel, seconds)
+    elif notices.wait(channel, seconds) and settle:
+        time.sleep(settle)
 
 
 def begin_on_engine(engine: Any, kind: int, args: tuple) -> Any:

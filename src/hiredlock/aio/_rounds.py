@@ -107,11 +107,11 @@ class AsyncRounds:
             while True:
                 try:
                     if kind == PAUSE:
-                        seconds, notices, channel = args
+                        seconds, notices, channel, settle = args
                         if notices is None:
                             await asyncio.sleep(seconds)
-                        else:
-                            await notices.wait(channel, seconds)
+                        elif await notices.wait(channel, seconds) and settle:
+                            await asyncio.sleep(settle)
                         reply = None
                     elif kind == CLEANUP:
                         reply = await self._uncancelled(args)
