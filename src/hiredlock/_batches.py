@@ -24,6 +24,11 @@ class KeyState(NamedTuple):
     pttl_ms: Optional[int]  # ms left; -1: the key has no expiry; None: missing or no answer
     ours: Optional[bool]  # the key holds the token of a lock this Redlock holds
     detail: Optional[str] = None
+    # the name's other kinds on this master (None when it did not answer): a read-write lock's
+    # writer and live readers, and the fair lock's waiters in the queue
+    writer: Optional[bool] = None
+    readers: Optional[int] = None
+    waiting: Optional[int] = None
 
 
 def check_names(names: Any) -> None:
@@ -32,26 +37,33 @@ def check_names(names: Any) -> None:
 
 
 def inspect_steps(session: Session, name: Any) -> Steps:
-    """Every master's view of `name`: exists, PTTL, and whether it is ours (KeyState each)."""
+    """Every master's view of `name`: exists, PTTL, and whether it is ours, and the state of
+    the read-write and fair locks of that name (KeyState each; two rounds)."""
     key = _config.lock_name(name)
     token = session.token_held_for(key)
+    timeout_ms = session.master_timeout_ms(_scripts.MAX_TTL_MS)
     result = (
-        yield script(
-            _scripts.INSPECT,
-            1,
-            ((key, token),),
-            session.master_timeout_ms(_scripts.MAX_TTL_MS),
-            wait_all=True,
-            want_values=True,
-        )
+        yield script(_scripts.INSPECT, 1, ((key, token),), timeout_ms, True, want_values=True)
     )[0]
+    kind_keys = (*_scripts.rw_keys(key)[:2], *_scripts.fair_keys(key))
+    kinds = (
+        yield script(_scripts.INSPECT_KINDS, 4, (kind_keys,), timeout_ms, True, want_values=True)
+    )[0]
+    answered = (Outcome.OK, Outcome.TAKEN)
     states = []
-    for vote, value in zip(session.votes(result), result[3]):
-        if vote.outcome in (Outcome.OK, Outcome.TAKEN):
-            exists, pttl, ours = _scripts.unpack_inspect(value)
-            states.append(KeyState(vote.master, Outcome.OK, exists, pttl, ours))
-        else:
+    for vote, value, kind_vote, kind_value in zip(
+        session.votes(result), result[3], session.votes(kinds), kinds[3]
+    ):
+        if vote.outcome not in answered:
             states.append(KeyState(vote.master, vote.outcome, None, None, None, vote.detail))
+            continue
+        exists, pttl, ours = _scripts.unpack_inspect(value)
+        if kind_vote.outcome in answered:
+            writer, readers, waiting = _scripts.unpack_inspect_kinds(kind_value)
+            kind_state = (writer, readers, waiting)
+            states.append(KeyState(vote.master, Outcome.OK, exists, pttl, ours, None, *kind_state))
+        else:
+            states.append(KeyState(vote.master, Outcome.OK, exists, pttl, ours, kind_vote.detail))
     return states
 
 

@@ -216,6 +216,23 @@ def permit_key(key: bytes, index: int) -> bytes:
     return PERMIT_KEY_PREFIX + b"%d:" % index + key
 
 
+# The other kinds' state of a name on one master, packed in one integer: KEYS = the read-write
+# lock's writer and readers (rw_keys()[:2]), the fair lock's queue and expiries (fair_keys()).
+# writer (0/1) + 2 * live readers + 2**22 * live waiters of the fair lock (counts capped below
+# 2**21 each).
+INSPECT_KINDS = _script(
+    _NOW + "local cap = 2097151 "
+    "local readers = math.min(cap, redis.call('zcount', KEYS[2], '(' .. now, '+inf')) "
+    "local waiting = math.min(cap, redis.call('zcount', KEYS[4], '(' .. now, '+inf')) "
+    "return redis.call('exists', KEYS[1]) + 2 * readers + 4194304 * waiting"
+)
+
+
+def unpack_inspect_kinds(value: int) -> tuple[bool, int, int]:
+    """(a writer holds the read-write lock, its live readers, the fair lock's live waiters)."""
+    return bool(value & 1), (value >> 1) & 0x1FFFFF, value >> 22
+
+
 def unpack_inspect(value: int) -> tuple[bool, Optional[int], bool]:
     """(exists, pttl in ms or -1 without expiry or None when missing, ours) from INSPECT's reply."""
     if value <= 0:
@@ -278,8 +295,10 @@ def quorum(n_masters: int) -> int:
 
 # A fair lock's attempt. KEYS: the lock, the queue, the expiries; ARGV: token, ttl ms, ticket,
 # order, the waiting window ms. Forgets the waiters whose time ran out, (re)queues this one for
-# the window, and takes the lock only when this waiter is first in the queue and it is free.
-# The queue's keys live as long as a waiter touches them within the window.
+# the window, and takes the lock only when this waiter is first in the queue and it is free; the
+# holder leaves the queue (an attempt that then fails on the quorum queues again at the same
+# place: its order is the same). The queue's keys live as long as a waiter touches them within
+# the window.
 FAIR_ACQUIRE = _script(
     _NOW + "local gone = redis.call('zrangebyscore', KEYS[3], '-inf', now) "
     "for _, ticket in ipairs(gone) do redis.call('zrem', KEYS[2], ticket) end "
@@ -288,8 +307,9 @@ FAIR_ACQUIRE = _script(
     "redis.call('zadd', KEYS[3], now + ARGV[5], ARGV[3]) "
     "redis.call('pexpire', KEYS[2], ARGV[5]) redis.call('pexpire', KEYS[3], ARGV[5]) "
     "if redis.call('zrange', KEYS[2], 0, 0)[1] ~= ARGV[3] then return 0 end "
-    "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end "
-    "return 0"
+    "if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end "
+    "redis.call('zrem', KEYS[2], ARGV[3]) redis.call('zrem', KEYS[3], ARGV[3]) "
+    "return 1"
 )
 
 # A fair lock's release, or a waiter leaving the queue (token ""): the ticket leaves the queue,

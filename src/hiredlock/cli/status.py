@@ -1,5 +1,6 @@
-"""`hiredlock status NAME`: per master, the key, its PTTL and the holder's token prefix; then
-whether a majority holds it.
+"""`hiredlock status NAME`: per master, the key, its PTTL and the holder's token prefix, and the
+read-write and fair locks of the name (writer, readers, waiters in the queue); then whether a
+majority holds it.
 
 exists and PTTL come from the library's inspect(); the token is read with a plain GET per master
 (redis-py, a short timeout, all masters at once), since inspect() only says whether a key is ours.
@@ -58,12 +59,25 @@ def _row(state: Any, token: Optional[str]) -> tuple[str, ...]:
     if state.exists is None:
         note = state.outcome.name.lower() + (f": {state.detail}" if state.detail else "")
         return (state.master, "-", "-", "-", note)
+    note = _kinds(state)
     if not state.exists:
-        return (state.master, "no", "-", "-", "")
+        return (state.master, "no", "-", "-", note)
     pttl = "no expiry" if state.pttl_ms is not None and state.pttl_ms < 0 else "-"
     if state.pttl_ms is not None and state.pttl_ms >= 0:
         pttl = f"{state.pttl_ms / 1000:.3f} s"
-    return (state.master, "yes", pttl, token or "?", "")
+    return (state.master, "yes", pttl, token or "?", note)
+
+
+def _kinds(state: Any) -> str:
+    """The read-write and fair lock of the name on this master, when there is one."""
+    parts = []
+    if state.writer:
+        parts.append("rwlock: a writer")
+    if state.readers:
+        parts.append(f"rwlock: {state.readers} reader{'s' if state.readers > 1 else ''}")
+    if state.waiting:
+        parts.append(f"fair queue: {state.waiting} waiting")
+    return "; ".join(parts)
 
 
 def _token(spec: Any, name: str) -> Optional[str]:
