@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 from . import _algorithm, _scripts
 from ._config import Duration
+from ._contract import RoundResult
 from ._lockbase import LockBase
 from ._steps import CLEANUP, Request, Steps, script
 from ._tokens import new_token
@@ -35,6 +36,9 @@ class FairBase(LockBase):
     _kind = "FairLock"
 
     def __init__(self, client: Any, name: str | bytes, ttl: Duration, **options: Any) -> None:
+        if options.get("fencing", False) is not False:
+            # (a fenced attempt is its own round, which would not queue)
+            raise ValueError("fencing is not supported for fair locks")
         super().__init__(client, name, ttl, **options)
         self._queue = _scripts.fair_keys(self._key)
         window = _algorithm.waiting_window_ms(self._session.retry_delay, self._timeout_ms)
@@ -71,6 +75,12 @@ class FairBase(LockBase):
             False,
             honour_backoff=True,
         )
+
+    def _free_in(self, unlocked: RoundResult) -> Optional[float]:
+        """The holder's expiry, when the lock is held: a waiter refused while it was free was
+        not first in the queue, and waits for a notice (the queue moving) or its timer."""
+        free_in = LockBase._free_in(self, unlocked)
+        return free_in if free_in else None
 
     def _release_request(self, token: bytes) -> Request:
         argv = (self._key, *self._queue, token, self._held_ticket)
