@@ -7,7 +7,8 @@
                  behind a proxy listener; Fault: one kind of fault applied to masters and healed
     netns.py     NetnsMasters: masters inside a network namespace of our own (root only), with
                  nftables faults inside it
-    oracles.py   interval oracle, occupancy / lost-update / fenced-register judges, leak scan
+    oracles.py   interval oracle, occupancy / lost-update / fenced-register judges, the
+                 read-write judge (RWJudge), leak scan
     worker.py    WorkerPool: persistent client processes that contend for a lock
     scenario.py  Scenario: standard parameters, workloads, checks, summary lines and dumps
     nemesis.py   Nemesis: the soak's fault scheduler (at most 2 masters faulted at once)

@@ -11,12 +11,20 @@
 4. Fenced register on the judge: accepts a write only with a fence >= the last accepted one; a
    rejected write is counted.
 5. Leak scan of the masters after a scenario (see leak_scan).
+6. For a read-write lock (RWJudge): the writers' and the readers' occupancies, both read at every
+   entry in one atomic step on the judge; a writer together with any other holder (a second
+   writer, or a reader) is a violation, readers together are not (their largest number is
+   recorded: the workload must show that they did overlap).  Writers update the lost-update
+   counter; a reader reads it on entry and on exit, and a change (a writer wrote while it read)
+   is a torn read.  The interval oracle's rw variant (rw_interval_violations) pairs a writer with
+   anyone else.
 
 The Judge class is used by the worker processes and by the test process alike.
 """
 
 from __future__ import annotations
 
+import bisect
 import time
 from typing import NamedTuple, Optional
 
@@ -97,6 +105,74 @@ class Judge:
         self.r.close()
 
 
+# KEYS: writers in, readers in, violations, writers max, readers max, holders max, log.
+# ARGV: role ("w" or "r"), who.  Both occupancies are counted and read in this one step, so an
+# entry sees exactly who is inside.  Returns {writers, readers, 1 if a violation else 0}.
+_RW_ENTER = """
+local w = tonumber(redis.call('get', KEYS[1]) or '0')
+local r = tonumber(redis.call('get', KEYS[2]) or '0')
+if ARGV[1] == 'w' then w = w + 1 redis.call('set', KEYS[1], w)
+else r = r + 1 redis.call('set', KEYS[2], r) end
+local bad = 0
+if w > 1 or (w > 0 and r > 0) then
+  bad = 1
+  redis.call('incr', KEYS[3])
+  redis.call('rpush', KEYS[7], ARGV[2] .. ' (' .. ARGV[1] .. ') entered: writers ' .. w
+    .. ', readers ' .. r)
+  redis.call('ltrim', KEYS[7], 0, 49)
+end
+if w > tonumber(redis.call('get', KEYS[4]) or '0') then redis.call('set', KEYS[4], w) end
+if r > tonumber(redis.call('get', KEYS[5]) or '0') then redis.call('set', KEYS[5], r) end
+if w + r > tonumber(redis.call('get', KEYS[6]) or '0') then redis.call('set', KEYS[6], w + r) end
+return {w, r, bad}
+"""
+
+
+class RWJudge(Judge):
+    """The judge of a read-write lock's name (oracle 6): enter(role) / exit(role) with role "w"
+    (a writer) or "r" (a reader).  The counter, the fenced register and the verdict's keys are
+    Judge's ("occupancy_violations": entries that saw a writer with another holder,
+    "occupancy_max": the most holders at once), plus writer_max, reader_max and torn_reads."""
+
+    def __init__(self, url: str, name: str) -> None:
+        super().__init__(url, name, limit=1)
+        p = f"judge:{name}:"
+        self.k_w, self.k_r = p + "writers", p + "readers"
+        self.k_wmax, self.k_rmax = p + "writers_max", p + "readers_max"
+        self.k_log, self.k_torn = p + "violation_log", p + "torn_reads"
+        self.k_went, self.k_rent = p + "write_entries", p + "read_entries"
+        self._rw_enter = self.r.register_script(_RW_ENTER)
+
+    def enter(self, role: str = "w", who: str = "") -> tuple[int, int, bool]:
+        """(writers, readers, violation) as this holder entered."""
+        self.r.incr(self.k_entries)
+        self.r.incr(self.k_went if role == "w" else self.k_rent)
+        keys = [self.k_w, self.k_r, self.k_viol, self.k_wmax, self.k_rmax, self.k_max, self.k_log]
+        w, r, bad = self._rw_enter(keys=keys, args=[role, who])
+        return int(w), int(r), bool(bad)
+
+    def exit(self, role: str = "w") -> None:
+        self.r.decr(self.k_w if role == "w" else self.k_r)
+
+    def torn_read(self) -> None:
+        self.r.incr(self.k_torn)
+
+    def verdict(self) -> dict:
+        v = super().verdict()
+        g = self.r.get
+        v.update(
+            writer_max=int(g(self.k_wmax) or 0),
+            reader_max=int(g(self.k_rmax) or 0),
+            write_entries=int(g(self.k_went) or 0),
+            read_entries=int(g(self.k_rent) or 0),
+            writers_now=int(g(self.k_w) or 0),
+            readers_now=int(g(self.k_r) or 0),
+            torn_reads=int(g(self.k_torn) or 0),
+            violation_log=[x.decode() for x in self.r.lrange(self.k_log, 0, 20)],
+        )
+        return v
+
+
 class Interval(NamedTuple):
     name: str
     token: str
@@ -133,6 +209,35 @@ def interval_violations(records) -> list[tuple[Interval, Interval]]:
     return out
 
 
+# A read-write lock's intervals are named <name>:w (a writer's) or <name>:r (a reader's).
+RW_ROLE_SUFFIXES = (":w", ":r")
+
+
+def rw_interval_violations(records) -> list[tuple[Interval, Interval]]:
+    """For read-write locks (intervals named <name>:w and <name>:r): pairs of a writer and
+    another holder (writer or reader) of one name whose intervals overlap; readers may."""
+    by_name: dict[str, tuple[list, list]] = {}
+    for r in records:
+        r = r if isinstance(r, Interval) else Interval(*r)
+        base, role = r.name[:-2], r.name[-2:]
+        if role not in RW_ROLE_SUFFIXES:
+            raise ValueError(f"not a read-write interval: {r.name!r}")
+        by_name.setdefault(base, ([], []))[role == ":r"].append(r)
+    out = []
+    for writers, readers in by_name.values():
+        out += interval_violations(writers)
+        readers.sort(key=lambda r: r.acquired_at)
+        starts = [r.acquired_at for r in readers]
+        longest = max((r.end - r.acquired_at for r in readers), default=0)
+        for w in writers:
+            # the readers that may overlap w started before w's end and less than the longest
+            # reader's span before w started
+            lo = bisect.bisect_left(starts, w.acquired_at - longest)
+            hi = bisect.bisect_left(starts, w.end)
+            out += [(w, r) for r in readers[lo:hi] if r.end > w.acquired_at and r.token != w.token]
+    return out
+
+
 def now_ns() -> int:
     return time.monotonic_ns()
 
@@ -140,15 +245,26 @@ def now_ns() -> int:
 # -- leak scan ----------------------------------------------------------------------------------
 
 FENCE_PREFIX = b"hiredlock:fence:"
+RW_READERS_PREFIX = b"hiredlock:rw:r:"
+RW_MARK_PREFIXES = (b"hiredlock:rw:ww:", b"hiredlock:rw:rw:", b"hiredlock:rw:rp:")
 
 
-def leak_scan(servers, ttl_ms: int, since_ns: int) -> list[str]:
+def leak_scan(servers, ttl_ms: int, since_ns: int, rw_window_ms: Optional[int] = None) -> list[str]:
     """Problems left on the masters (live servers only).  Every key is scanned (lock keys, a
-    semaphore's permit keys hiredlock:permit:<i>:<name>, anything else), and reported when it is:
+    semaphore's permit keys hiredlock:permit:<i>:<name>, a read-write lock's keys
+    hiredlock:rw:*:<name>, anything else), and reported when it is:
 
     * a key without a TTL, other than the persistent fencing counters hiredlock:fence:*;
     * a key that will outlive `ttl_ms` after `since_ns` (the last release and heal), i.e.
-      whose PTTL now is more than ttl_ms minus the time elapsed since then.
+      whose PTTL now is more than ttl_ms minus the time elapsed since then;
+    * an entry of a read-write lock's readers set (hiredlock:rw:r:<name>, a sorted set of
+      token -> expiry on the master's clock) that will outlive the ttl likewise (each reader
+      expires on its own; the key lives as long as its longest reader);
+    * a read-write lock's waiting mark or readers' pass (hiredlock:rw:ww:, rw:, rp: + name)
+      whose PTTL is above `rw_window_ms` (when given), the waiting window the scripts set them
+      for.  The marks are allowed otherwise: a refused attempt leaves them on purpose, and they
+      expire on their own within the window (as the README says); the writer's key
+      hiredlock:rw:w:<name> is a lock key and falls under the ttl rule above.
     """
     problems = []
     for srv in servers:
@@ -169,7 +285,31 @@ def leak_scan(servers, ttl_ms: int, since_ns: int) -> list[str]:
                 problems.append(
                     f"port {srv.port}: {key!r} PTTL {pttl} ms > {left:.0f} ms left of the ttl"
                 )
+            marks = rw_window_ms is not None and key.startswith(RW_MARK_PREFIXES)
+            if marks and pttl > rw_window_ms:
+                problems.append(
+                    f"port {srv.port}: {key!r} PTTL {pttl} ms > the {rw_window_ms} ms window"
+                )
+            if key.startswith(RW_READERS_PREFIX):
+                problems += _reader_entry_leaks(a, srv.port, key, ttl_ms, since_ns)
     return problems
+
+
+def _reader_entry_leaks(a, port, key: bytes, ttl_ms: int, since_ns: int) -> list[str]:
+    """The entries of a readers set that outlive the ttl after since_ns (on the master's clock)."""
+    try:
+        entries = a.zrange(key, 0, -1, withscores=True)
+    except redis.ResponseError as exc:  # not a sorted set: the library wrote something else
+        return [f"port {port}: {key!r} is not a readers set: {exc}"]
+    secs, usecs = a.time()
+    master_now_ms = secs * 1000 + usecs // 1000
+    left = ttl_ms - (time.monotonic_ns() - since_ns) / 1e6
+    return [
+        f"port {port}: reader {token!r} of {key!r} expires in {score - master_now_ms:.0f} ms"
+        f" > {left:.0f} ms left of the ttl"
+        for token, score in entries
+        if score - master_now_ms > left + 1
+    ]
 
 
 def keys_with_prefix(servers, prefix: str) -> dict[int, list[bytes]]:

@@ -14,6 +14,16 @@ oracle of the contended name allows `limit` holders (the permits unless given: a
 permits than `limit` is a negative control), each permit is judged as a lock of its own (interval,
 occupancy, lost-update oracles on name:p<index>), and `contenders` threads (async: tasks) spread
 over the worker processes contend (default: one per worker).
+
+The kind "rwlock" is a read-write lock (Scenario(..., kind="rwlock", roles=("r", "r", "w"))):
+contender j is a reader or a writer as roles[j % len(roles)] says; each worker process makes one
+RWLock of the contended name, shared by its threads (async: tasks), and each call acquires a new
+lock object from its read() or write().  The name's RWJudge (faults.oracles) reads the writers'
+and the readers' occupancies at every entry in one step: a writer with any other holder is a
+violation, readers together are not (reader_max shows they overlapped); writers keep the
+lost-update counter, readers check it did not change while they read (torn reads).  The interval
+oracle is rw_interval_violations; the leak scan checks the readers' entries and the marks'
+window too.  The uncontended workload takes a write lock every third call, else a read lock.
 """
 
 from __future__ import annotations
@@ -28,7 +38,14 @@ from dataclasses import dataclass, field
 
 from support import EXTRA_SLACK
 
-from .oracles import Interval, Judge, interval_violations, leak_scan
+from .oracles import (
+    Interval,
+    Judge,
+    RWJudge,
+    interval_violations,
+    leak_scan,
+    rw_interval_violations,
+)
 
 # Standard parameters of the acceptance.
 N_MASTERS = 5
@@ -103,6 +120,7 @@ class Scenario:
     permits: int = 1
     limit: int | None = None  # the occupancy oracle's limit: the permits unless given
     contenders: int | None = None  # contending threads in all: one per worker unless given
+    roles: tuple = ("r", "r", "w")  # kind "rwlock": contender j's role is roles[j % len(roles)]
 
     def __post_init__(self):
         if self.limit is None:
@@ -116,6 +134,7 @@ class Scenario:
         self.name = f"f:{slug}:{self.engine}:{self.seed}"
         self.unc = {"calls": 0, "ok": 0, "lat": [], "rel_lat": [], "errors": {}, "escaped": []}
         self.cont = {"calls": 0, "ok": 0, "lat": [], "errors": {}, "escaped": [], "workers": []}
+        self.by_role = {"r": [0, 0], "w": [0, 0]}  # kind "rwlock": role -> [successes, calls]
         self.timeline: list = []  # contended calls: [worker, start_ns, duration_ns, outcome]
         self.intervals: list[Interval] = []
         self.judges: list[str] = []  # names judged on the judge server
@@ -129,6 +148,12 @@ class Scenario:
         self.loop_thread = None  # the event loop of the async API's clients (api "async")
 
     # -- set-up -----------------------------------------------------------------------------
+    @property
+    def rw_window_ms(self) -> int:
+        """A read-write lock's waiting window with this scenario's clients (README: 3 x
+        retry_delay + 2 master timeouts, 100 ms at least): no mark is set for longer."""
+        return max(100, int(3000 * RETRY_DELAY + 2000 * self.master_timeout))
+
     @property
     def urls(self) -> list[str]:
         return self.lab.masters.urls(self.via)
@@ -167,7 +192,12 @@ class Scenario:
             self.loop_thread = None
         self.lab.masters.heal()
         self.t_last_release = max(self.t_last_release, time.monotonic_ns())
-        self.leaks = leak_scan(self.lab.masters.servers, int(self.ttl * 1000), self.t_last_release)
+        self.leaks = leak_scan(
+            self.lab.masters.servers,
+            int(self.ttl * 1000),
+            self.t_last_release,
+            rw_window_ms=self.rw_window_ms if self.kind == "rwlock" else None,
+        )
         self.elapsed = time.monotonic() - self.t_start
         self._collect_verdicts()
         SUMMARIES.append(self.summary())
@@ -178,15 +208,22 @@ class Scenario:
         runs the critical section and is released."""
         from hiredlock import HiredlockError
 
-        rl = rl or self.redlock()
+        rw = self.kind == "rwlock"
+        # (a read-write lock's clients wait with the contended ones' retry delay: one window)
+        rl = rl or (self.redlock(retry_delay=RETRY_DELAY) if rw else self.redlock())
         judge_name = self.name + ":u"
-        judge = Judge(self.lab.judge_url, judge_name)
+        judge = (RWJudge if rw else Judge)(self.lab.judge_url, judge_name)
         self.judges.append(judge_name)
         me = f"unc:{os.getpid()}"
         try:
             for i in range(n):
                 if self.kind == "semaphore":
                     sem = rl.semaphore(f"{judge_name}:{i}", self.permits, self.ttl)
+                elif rw:
+                    from .worker import rwlock_sides
+
+                    role = "w" if i % 3 == 2 else "r"
+                    lock = rwlock_sides(rl, f"{judge_name}:{i}", self.ttl)[role == "w"]()
                 else:
                     lock = rl.lock(f"{judge_name}:{i}", self.ttl, fencing=fencing)
                 t0 = time.monotonic_ns()
@@ -206,22 +243,31 @@ class Scenario:
                 t1 = time.monotonic_ns()
                 self.unc["calls"] += 1
                 self.unc["lat"].append((t1 - t0) / 1e9)
+                if rw:
+                    self.by_role[role][1] += 1
                 if not ok:
                     continue
                 self.unc["ok"] += 1
                 valid_until = t1 + int(lock.validity * 1e9)
                 token, fence = lock.token, lock.fence
-                occ = judge.enter()
-                v = judge.read_counter()
-                time.sleep(self.rng.uniform(*CS_MS) / 1000.0)
-                judge.write_counter(v + 1)
-                if fence is not None:
-                    judge.fenced_write(fence, me)
-                judge.exit()
-                del occ
+                if rw:
+                    from .worker import _RWSide
+
+                    self.by_role[role][0] += 1
+                    _RWSide(judge, role).section(self.rng, CS_MS, me)
+                else:
+                    occ = judge.enter()
+                    v = judge.read_counter()
+                    time.sleep(self.rng.uniform(*CS_MS) / 1000.0)
+                    judge.write_counter(v + 1)
+                    if fence is not None:
+                        judge.fenced_write(fence, me)
+                    judge.exit()
+                    del occ
                 released_at = time.monotonic_ns()
+                iv_name = f"{judge_name}:{i}:{role}" if rw else lock.name
                 self.intervals.append(
-                    Interval(lock.name, token, me, t1, valid_until, released_at, fence)
+                    Interval(iv_name, token, me, t1, valid_until, released_at, fence)
                 )
                 try:
                     lock.release()
@@ -249,6 +295,7 @@ class Scenario:
         threads = [contenders // len(pool) + (i < contenders % len(pool)) for i in range(len(pool))]
         shares = [n_total // contenders + (j < n_total % contenders) for j in range(contenders)]
         per = [sum(shares[sum(threads[:i]) : sum(threads[: i + 1])]) for i in range(len(pool))]
+        roles = [self.roles[j % len(self.roles)] for j in range(contenders)]
         start_at = time.monotonic_ns() + 200_000_000
         cmds = []
         for i in range(len(pool)):
@@ -276,6 +323,7 @@ class Scenario:
                     "permits": self.permits,
                     "limit": self.limit,
                     "threads": threads[i],
+                    "roles": roles[sum(threads[:i]) : sum(threads[: i + 1])],
                     **extra,
                 }
             )
@@ -307,8 +355,11 @@ class Scenario:
                     )
                 }
             )
-            for t0, dur, outcome in res["calls"]:
-                self.timeline.append([res["label"], t0, dur, outcome])
+            for t0, dur, outcome, *role in res["calls"]:
+                self.timeline.append([res["label"], t0, dur, outcome, *role])
+                if role:
+                    self.by_role[role[0]][0] += outcome == "ok"
+                    self.by_role[role[0]][1] += 1
                 self.cont["calls"] += 1
                 self.cont["lat"].append(dur / 1e9)
                 if outcome == "ok":
@@ -327,21 +378,38 @@ class Scenario:
     # -- verdicts ---------------------------------------------------------------------------
     def _collect_verdicts(self) -> None:
         for name in self.judges:
-            j = Judge(self.lab.judge_url, name)
+            j = (RWJudge if self.kind == "rwlock" else Judge)(self.lab.judge_url, name)
             try:
                 self.verdicts[name] = j.verdict()
             finally:
                 j.close()
 
+    def interval_violations(self) -> list:
+        if self.kind == "rwlock":
+            return rw_interval_violations(self.intervals)
+        return interval_violations(self.intervals)
+
     def violations(self) -> dict:
         v = {
-            "interval": len(interval_violations(self.intervals)),
+            "interval": len(self.interval_violations()),
             "occupancy": sum(x["occupancy_violations"] for x in self.verdicts.values()),
             "lost_update": sum(abs(x["counter"] - x["completed"]) for x in self.verdicts.values()),
             "fence": sum(x["fence_rejections"] for x in self.verdicts.values()),
         }
+        if self.kind == "rwlock":
+            v["torn_read"] = sum(x["torn_reads"] for x in self.verdicts.values())
         v["total"] = sum(v.values())
         return v
+
+    @property
+    def reader_max(self) -> int:
+        """Read-write lock: the most readers the judge saw inside at once."""
+        return max((x.get("reader_max", 0) for x in self.verdicts.values()), default=0)
+
+    @property
+    def writer_max(self) -> int:
+        """Read-write lock: the most writers the judge saw inside at once."""
+        return max((x.get("writer_max", 0) for x in self.verdicts.values()), default=0)
 
     @property
     def occupancy_max(self) -> int:
@@ -379,11 +447,18 @@ class Scenario:
                 f" p50={pct(self.cont['lat'], 0.5) * 1e3:.1f}ms"
                 f" p99={pct(self.cont['lat'], 0.99) * 1e3:.1f}ms)"
             )
+        torn = f", torn-read {v['torn_read']}" if "torn_read" in v else ""
         parts.append(
             f"violations={v['total']} (interval {v['interval']}, occupancy {v['occupancy']},"
-            f" lost-update {v['lost_update']}, fence {v['fence']})"
+            f" lost-update {v['lost_update']}, fence {v['fence']}{torn})"
         )
-        if self.kind != "lock":
+        if self.kind == "rwlock":
+            (r_ok, r_n), (w_ok, w_n) = self.by_role["r"], self.by_role["w"]
+            parts.append(
+                f"rwlock writers max={self.writer_max} readers max={self.reader_max}"
+                f" (reads {r_ok}/{r_n}, writes {w_ok}/{w_n})"
+            )
+        elif self.kind != "lock":
             parts.append(
                 f"{self.kind}(permits={self.permits}) occupancy max={self.occupancy_max}"
                 f" (limit {self.limit})"
@@ -415,12 +490,14 @@ class Scenario:
             "permits": self.permits,
             "limit": self.limit,
             "contenders": self.contenders,
+            "roles": self.roles,
+            "by_role": self.by_role,
             "ttl": self.ttl,
             "master_timeout": self.master_timeout,
             "fault_schedule": self.lab.masters.schedule,
             "violations": self.violations(),
             "interval_violations": [
-                [a._asdict(), b._asdict()] for a, b in interval_violations(self.intervals)[:50]
+                [a._asdict(), b._asdict()] for a, b in self.interval_violations()[:50]
             ],
             "judge": self.verdicts,
             "leaks": self.leaks,

@@ -10,8 +10,11 @@ Commands:
            latencies, the intervals held, RSS samples, and any exception that escaped as something
            other than a hiredlock error.  Big results go to a file.  "kind": "lock" (the default)
            or "semaphore" (a permit of one Semaphore with "permits" permits, judged against an
-           occupancy "limit"); "threads": how many threads (async: tasks) of the worker contend,
-           sharing its client (and semaphore).
+           occupancy "limit"), or "rwlock" (one RWLock of the name per worker: each call takes a
+           new lock object from its read() or write(), as the thread's role in "roles" says, "r"
+           or "w"; judged by an RWJudge; "writers_read": the writers take read locks, a negative
+           control); "threads": how many threads (async: tasks) of the worker contend, sharing
+           its client (and semaphore, or RWLock).
   hold     acquire, enter the critical section, say {"event": "in_cs"}, wait for {"op": "go"}, then
            finish the section (the test SIGSTOPs the worker in between).
   exit
@@ -110,18 +113,38 @@ def _critical_section(judge, rng, cs_ms, fence, me, outer=None) -> dict:
 
 
 def _holders(rl, cmd, judge):
-    """(make, where, judges) for the command's "kind".  make() gives what a call acquires from:
-    a new Lock ("lock", the default) or the process's one Semaphore ("semaphore": "permits" permits,
-    shared by the worker's threads).  where(lock) gives the interval oracle's name and the judges
-    (judge, outer) of a held lock: a permit is judged as a lock of its own (name:p<index>), inside
-    the name's judge, whose limit is the semaphore's (the command's "limit").  judges: the ones
+    """(for_thread, judges) for the command's "kind"; for_thread(k) gives thread k's (make,
+    where).  make() gives what a call acquires from: a new Lock ("lock", the default), the
+    process's one Semaphore ("semaphore": "permits" permits, shared by the worker's threads), or
+    a new read or write lock of the process's one RWLock ("rwlock": the thread's role in
+    "roles").  where(lock) gives the interval oracle's name and the judges (judge, outer) of a
+    held lock: a permit is judged as a lock of its own (name:p<index>), inside the name's judge,
+    whose limit is the semaphore's (the command's "limit"); a read-write lock's holder by an
+    _RWSide of the name's RWJudge, its interval named <name>:r or <name>:w.  judges: the ones
     made here, to close."""
     from faults.oracles import Judge
 
     name, kind = cmd["name"], cmd.get("kind", "lock")
     if kind == "lock":
         fencing = bool(cmd.get("fencing"))
-        return (lambda: rl.lock(name, cmd["ttl"], fencing=fencing)), (lambda _: (name, judge)), []
+        make = lambda: rl.lock(name, cmd["ttl"], fencing=fencing)  # noqa: E731
+        return (lambda _k: (make, lambda _: (name, judge))), []
+    if kind == "rwlock":
+        read, write = rwlock_sides(rl, name, cmd["ttl"])
+        roles = cmd.get("roles") or ["r"]
+        sides = {role: _RWSide(judge, role) for role in ("r", "w")}
+
+        def for_thread(k):
+            role = roles[k % len(roles)]
+            make = write if role == "w" and not cmd.get("writers_read") else read
+
+            def where(_lock):
+                return f"{name}:{role}", sides[role]
+
+            where.role = role
+            return make, where
+
+        return for_thread, []
     if kind != "semaphore":
         raise ValueError(f"unknown kind {kind!r}")
     sem = rl.semaphore(name, cmd["permits"], cmd["ttl"])
@@ -130,7 +153,48 @@ def _holders(rl, cmd, judge):
     def where(permit):
         return f"{name}:p{permit.index}", permit_judges[permit.index], judge
 
-    return (lambda: sem), where, permit_judges
+    return (lambda _k: ((lambda: sem), where)), permit_judges
+
+
+def rwlock_sides(rl, name, ttl, **options):
+    """(read, write): functions that make a new read lock and a new write lock of ONE RWLock
+    of `name` (rl.rwlock(name, ttl, **options)).  On the async API (`rl` a tests/apis.py
+    facade of an AsyncRedlock) the AsyncRWLock is made in the facade's event loop and each
+    AsyncReadLock / AsyncWriteLock is returned as its LockFacade (the Lock API, its calls run
+    in the calling thread's task)."""
+    runner = getattr(rl, "_runner", None)
+    if runner is None:
+        rw = rl.rwlock(name, ttl, **options)
+        return rw.read, rw.write
+    from apis import _wrap
+
+    rw = runner.run(lambda: rl._target.rwlock(name, ttl, **options))
+    return (
+        lambda: _wrap(runner, runner.run(rw.read)),
+        lambda: _wrap(runner, runner.run(rw.write)),
+    )
+
+
+class _RWSide:
+    """One side ("r" or "w") of a read-write lock's judge (faults.oracles.RWJudge): its
+    section() is the critical section of a reader or a writer."""
+
+    def __init__(self, judge, role: str) -> None:
+        self.judge = judge
+        self.role = role
+
+    def section(self, rng, cs_ms, me) -> dict:
+        """Enter (both occupancies judged in one step); a writer updates the lost-update
+        counter, a reader reads it on entry and exit (a change is a torn read); exit."""
+        writers, readers, bad = self.judge.enter(self.role, me)
+        value = self.judge.read_counter()
+        time.sleep(rng.uniform(*cs_ms) / 1000.0)
+        if self.role == "w":
+            self.judge.write_counter(value + 1)
+        elif self.judge.read_counter() != value:
+            self.judge.torn_read()
+        self.judge.exit(self.role)
+        return {"writers": writers, "readers": readers, "violation": bad}
 
 
 def contend(cmd) -> dict:
@@ -138,10 +202,13 @@ def contend(cmd) -> dict:
     _contend_loop, sharing the worker's client; one result for the worker."""
     import threading
 
-    from faults.oracles import Judge
+    from faults.oracles import Judge, RWJudge
 
     me = f"{cmd.get('label', 'w')}:{os.getpid()}"
-    judge = Judge(cmd["judge"], cmd["name"], limit=cmd.get("limit", 1))
+    if cmd.get("kind") == "rwlock":
+        judge = RWJudge(cmd["judge"], cmd["name"])
+    else:
+        judge = Judge(cmd["judge"], cmd["name"], limit=cmd.get("limit", 1))
     rl, end = _redlock(cmd)
     out = {
         "label": me,
@@ -166,19 +233,20 @@ def contend(cmd) -> dict:
     judges = [judge]
     failed: list = []
     try:
-        make, where, more = _holders(rl, cmd, judge)
+        for_thread, more = _holders(rl, cmd, judge)
         judges += more
         start_at = cmd.get("start_at_ns", 0)
         while time.monotonic_ns() < start_at:
             time.sleep(max(0.0, (start_at - time.monotonic_ns()) / 1e9))
         calls = cmd.get("calls")
         if threads == 1:
+            make, where = for_thread(0)
             _contend_loop(cmd, make, where, parts[0], random.Random(cmd.get("seed")), me, calls)
         else:
             runners = [
                 threading.Thread(
                     target=_catching(_contend_loop, failed),
-                    args=(cmd, make, where, parts[k], random.Random(f"{cmd.get('seed')}:{k}")),
+                    args=(cmd, *for_thread(k), parts[k], random.Random(f"{cmd.get('seed')}:{k}")),
                     kwargs={
                         "me": f"{me}.{k}",
                         "calls": _share(calls, threads, k),
@@ -229,7 +297,8 @@ def _catching(fn, failed: list):
 
 def _contend_loop(cmd, make, where, out, rng, me, calls, rss_every=None) -> None:
     """acquire(timeout=...) in a loop (`calls` of them, or until the command's "until_ns"), each
-    success followed by the critical section; outcomes, intervals and errors go to `out`."""
+    success followed by the critical section; outcomes, intervals and errors go to `out` (a
+    read-write lock's calls carry the holder's role, "r" or "w", as a fourth item)."""
     import hiredlock
 
     until_ns = cmd.get("until_ns")
@@ -237,6 +306,7 @@ def _contend_loop(cmd, make, where, out, rng, me, calls, rss_every=None) -> None
     cs_ms = tuple(cmd.get("cs_ms", (1, 5)))
     n = 0
     rss_every = cmd.get("rss_every", 0) if rss_every is None else rss_every
+    side = [where.role] if hasattr(where, "role") else []  # a read-write lock's role
     while True:
         if calls is not None and n >= calls:
             break
@@ -264,7 +334,7 @@ def _contend_loop(cmd, make, where, out, rng, me, calls, rss_every=None) -> None
             ok, outcome = False, "escaped"
             out["escaped"].append(f"acquire: {exc!r}\n{traceback.format_exc()[-1500:]}")
         t1 = time.monotonic_ns()
-        out["calls"].append([t0, t1 - t0, outcome])
+        out["calls"].append([t0, t1 - t0, outcome, *side])
         if not ok:
             continue
         lock = holder if got is True else got
@@ -272,10 +342,15 @@ def _contend_loop(cmd, make, where, out, rng, me, calls, rss_every=None) -> None
         valid_until = acquired_at + int(lock.validity * 1e9)
         token, fence = lock.token, lock.fence
         name, judge, *outer = where(lock)
-        cs = _critical_section(judge, rng, cs_ms, fence, me, *outer)
-        if cs["occ"] > 1 or (outer and cs["outer_occ"] > outer[0].limit):
+        if isinstance(judge, _RWSide):
+            cs = judge.section(rng, cs_ms, me)
+            over = cs["violation"]
+        else:
+            cs = _critical_section(judge, rng, cs_ms, fence, me, *outer)
+            over = cs["occ"] > 1 or (outer and cs["outer_occ"] > outer[0].limit)
+        if over:
             out["occupancy_seen"] += 1
-        if cs["fence_accepted"] is False:
+        if cs.get("fence_accepted") is False:
             out["fence_refused"] += 1
         released_at = time.monotonic_ns()
         if released_at > valid_until:
