@@ -53,6 +53,7 @@ class LockBase:
         "_acquisition",
         "_auto_renew",
         "_blocking_timeout",
+        "_channel",
         "_drift_ms",
         "_extensions",
         "_fence",
@@ -128,6 +129,7 @@ class LockBase:
         # what wakes this lock's waits on a release (None: only the retry timer)
         woken = session.wake if wake is None else _config.flag(wake, "wake")
         self._notices = session.notices if woken else None
+        self._channel: Optional[bytes] = None  # _wake_channel(), made on first use
         self._mutex = threading.Lock()
         self._generation = _fork.generation  # the process (see _fork) this state belongs to
         self._token: Optional[bytes] = None
@@ -333,7 +335,15 @@ class LockBase:
                 )
             self._forget_expired()
         retrying = None
+        notices = self._notices
+        if notices is not None:
+            channel = self._channel
+            if channel is None:
+                channel = self._channel = self._wake_channel()
         while True:
+            # (the notices heard before this attempt: one that comes before the pause begins
+            # ends the pause at once)
+            seen = 0 if notices is None else notices.heard.get(channel, 0)
             token = new_token()
             start = time.monotonic_ns()
             try:
@@ -349,7 +359,6 @@ class LockBase:
             except BaseException:
                 yield from self._unlock_steps(token)
                 raise
-            notices = self._notices
             # (with notices: and learn when the holder's keys expire)
             unlocked = (yield self._unlock_request(token, SCRIPT, notices is not None))[0]
             self._refused(failed)
@@ -362,11 +371,11 @@ class LockBase:
             if delay is None:
                 return False
             if notices is None:
-                yield PAUSE, (delay, None, None, 0.0)
+                yield PAUSE, (delay, None, None, 0.0, 0)
             else:
                 delay = _algorithm.wake_delay(delay, self._free_in(unlocked))
                 settle = _algorithm.settle_after_notice(failed[0], failed[1])
-                yield PAUSE, (delay, notices, self._wake_channel(), settle)
+                yield PAUSE, (delay, notices, channel, settle, seen)
 
     def _fenced_rounds(self, token: bytes, start: int) -> Steps:
         """Acquire with a fence: (the failed round or None, the fence).
@@ -701,7 +710,10 @@ def acquire_permit_steps(
     ttl_ms, timeout_ms, drift_ms = template._ttl_ms, template._timeout_ms, template._drift_ms
     ttl_text = str(ttl_ms).encode()
     retrying = None
+    notices = template._notices
+    channel = None if notices is None else _scripts.released_channel(template._name_key)
     while True:
+        seen = 0 if notices is None else notices.heard.get(channel, 0)
         free = [i for i in range(n_permits) if not _held_through(live, i)]
         random.shuffle(free)
         codes: bytes = bytes(len(session.masters))  # (none free here: nothing was asked)
@@ -752,9 +764,7 @@ def acquire_permit_steps(
         delay = retrying.after_failure(codes, votes)
         if delay is None:
             return None, votes
-        notices = template._notices
-        channel = None if notices is None else _scripts.released_channel(template._name_key)
-        yield PAUSE, (delay, notices, channel, 0.0)
+        yield PAUSE, (delay, notices, channel, 0.0, seen)
 
 
 def _held_through(live: dict, index: int) -> bool:

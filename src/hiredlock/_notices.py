@@ -259,6 +259,9 @@ class NoticeBoard:
         self.subscribers = [Subscriber(spec) for spec in self.masters]
         self.waiters: dict[bytes, set[Any]] = {}
         self.idle_since: dict[bytes, float] = {}  # channels subscribed with no waiter, since
+        # how many notices each subscribed channel had: a waiter compares it with what it had
+        # heard before its attempt, so that a notice between the two is not missed
+        self.heard: dict[bytes, int] = {}
         self.mutex = threading.Lock()
         self.generation = _fork.generation
         # called with a subscriber whose socket is about to be closed (a driver that registered
@@ -291,6 +294,7 @@ class NoticeBoard:
         for channel, since in list(self.idle_since.items()):
             if now - since >= LINGER_S:
                 del self.idle_since[channel]
+                self.heard.pop(channel, None)
         channels = set(self.waiters) | set(self.idle_since)
         for subscriber in self.subscribers:
             if subscriber.sock is None:
@@ -344,6 +348,7 @@ class NoticeBoard:
             self.service(now)
 
     def wake(self, channel: bytes) -> None:
+        self.heard[channel] = self.heard.get(channel, 0) + 1
         for waiter in self.waiters.get(channel, ()):
             waiter.notify()
 
@@ -369,6 +374,7 @@ class NoticeBoard:
             subscriber.close()
         self.waiters = {}
         self.idle_since = {}
+        self.heard.clear()
         self.generation = _fork.generation
         return True
 
@@ -390,13 +396,16 @@ class ThreadNotices:
 
     def __init__(self, masters: Sequence[MasterSpec], label: str) -> None:
         self._board = NoticeBoard(masters)
+        self.heard = self._board.heard  # (see NoticeBoard.heard)
         self._label = label
         self._thread: Optional[threading.Thread] = None
         self._kick_r: Optional[socket.socket] = None
         self._kick_w: Optional[socket.socket] = None
         self._closed = False
 
-    def wait(self, channel: bytes, timeout: float) -> bool:
+    def wait(self, channel: bytes, timeout: float, seen: int = 0) -> bool:
+        """True when woken by a notice on `channel` (or when it had more than `seen` notices
+        already), False at the timeout."""
         board = self._board
         if board.forget_parent():
             self._thread = None  # (the parent's: it does not run here)
@@ -407,6 +416,9 @@ class ThreadNotices:
                 return False
             new = board.add(channel, waiter)
             self._ensure_thread()
+            if board.heard.get(channel, 0) != seen:
+                board.remove(channel, waiter, time.monotonic())
+                return True
         if new:
             self._kick()
         try:

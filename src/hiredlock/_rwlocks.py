@@ -11,8 +11,8 @@ while a writer is). Writer preference: a writer that is refused marks itself wai
 masters (for the waiting window, renewed by each attempt), and new readers are refused while a
 writer waits, so a stream of readers cannot starve it. Readers are not starved by writers: the
 readers refused for a writer mark themselves waiting, and that writer's release gives them a pass
-(for the waiting window, cut short once the first of them entered) during which they may enter and
-the next writer may not.
+(for the waiting window, cut short once the first of them entered, and over when the last reader
+leaves) during which readers may enter and the next writer may not.
 """
 
 from __future__ import annotations

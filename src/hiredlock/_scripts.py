@@ -190,13 +190,13 @@ WRITE_RELEASE = _script(
 )
 
 # A reader's release (only while it is live: an expired reader is not released, it was lost);
-# the last reader's is announced (a writer may be waiting for it).
+# the last reader's ends the readers' pass (nobody is inside: a writer may go) and is announced.
 READ_RELEASE = _script(
     _NOW + "local expiry = redis.call('zscore', KEYS[2], ARGV[1]) "
     "redis.call('zremrangebyscore', KEYS[2], '-inf', now) "
     "if not expiry or tonumber(expiry) <= now then return 0 end "
     "redis.call('zrem', KEYS[2], ARGV[1]) "
-    "if redis.call('exists', KEYS[2]) == 0 then " + _ANNOUNCE + "end "
+    "if redis.call('exists', KEYS[2]) == 0 then redis.call('del', KEYS[5]) " + _ANNOUNCE + "end "
     "return 1"
 )
 

@@ -14,11 +14,13 @@ A request is a pair (kind, arguments), cheap to make on every round:
     (CLEANUP, the same as SCRIPT)                   a round made after an interruption: an
                                                     asyncio driver shields it from a second
                                                     cancellation; the blocking one just runs it
-    (PAUSE, (seconds, notices, channel, settle))    wait before the next attempt: `seconds`,
+    (PAUSE, (seconds, notices, channel, settle, seen))
+                                                    wait before the next attempt: `seconds`,
                                                     or less when `notices` (the client's release
                                                     notices, see _notices.py; None: a plain
-                                                    sleep) has a notice on `channel` sooner,
-                                                    and then `settle` seconds more
+                                                    sleep) has a notice on `channel` sooner (or
+                                                    had one since it had heard `seen`), and
+                                                    then `settle` seconds more
 """
 
 from __future__ import annotations
@@ -63,10 +65,10 @@ def script(
 
 def pause(args: tuple) -> None:
     """Waits as a PAUSE request asks, blocking."""
-    seconds, notices, channel, settle = args
+    seconds, notices, channel, settle, seen = args
     if notices is None:
         time.sleep(seconds)
-    elif notices.wait(channel, seconds) and settle:
+    elif notices.wait(channel, seconds, seen) and settle:
         time.sleep(settle)
 
 

@@ -37,13 +37,16 @@ class LoopNotices:
     def __init__(self, masters: Sequence[MasterSpec]) -> None:
         self._board = NoticeBoard(masters)
         self._board.on_drop = self._unregister
+        self.heard = self._board.heard  # (see NoticeBoard.heard)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._watched: dict[int, tuple[Subscriber, bool]] = {}  # fd -> (subscriber, writer too)
         self._timer: Optional[asyncio.TimerHandle] = None
         self._empty_since: Optional[float] = None
         self._closed = False
 
-    async def wait(self, channel: bytes, timeout: float) -> bool:
+    async def wait(self, channel: bytes, timeout: float, seen: int = 0) -> bool:
+        """True when woken by a notice on `channel` (or when it had more than `seen` notices
+        already), False at the timeout."""
         loop = asyncio.get_running_loop()
         board = self._board
         if board.forget_parent():
@@ -54,6 +57,8 @@ class LoopNotices:
         if self._loop is not loop:
             self._stop()
             self._loop = loop
+        if board.heard.get(channel, 0) != seen:
+            return True
         future = loop.create_future()
         waiter = _FutureWaiter(future)
         if board.add(channel, waiter) or self._timer is None:

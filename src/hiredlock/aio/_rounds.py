@@ -107,10 +107,10 @@ class AsyncRounds:
             while True:
                 try:
                     if kind == PAUSE:
-                        seconds, notices, channel, settle = args
+                        seconds, notices, channel, settle, seen = args
                         if notices is None:
                             await asyncio.sleep(seconds)
-                        elif await notices.wait(channel, seconds) and settle:
+                        elif await notices.wait(channel, seconds, seen) and settle:
                             await asyncio.sleep(settle)
                         reply = None
                     elif kind == CLEANUP:
