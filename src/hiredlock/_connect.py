@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from . import _resolver
 from ._config import MasterSpec
-from ._resp import pack_command
+from ._resp import pack_auth, pack_command
 
 _IN_PROGRESS = frozenset(
     {0, errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK, getattr(errno, "WSAEWOULDBLOCK", -1)}
@@ -40,11 +40,7 @@ def login_commands(spec: MasterSpec) -> tuple[bytes, int]:
     """AUTH [username] password and SELECT db, as needed; (the commands, how many)."""
     commands = []
     if spec.password is not None:
-        auth = [b"AUTH"]
-        if spec.username is not None:
-            auth.append(spec.username.encode())
-        auth.append(spec.password.encode())
-        commands.append(pack_command(auth))
+        commands.append(pack_auth(spec.username, spec.password))
     if spec.db:
         commands.append(pack_command((b"SELECT", b"%d" % spec.db)))
     return b"".join(commands), len(commands)

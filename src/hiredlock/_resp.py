@@ -13,7 +13,7 @@ huge reply into memory. After a ProtocolError the stream cannot be trusted: drop
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from ._scripts import MAX_REPLY_BYTES
 
@@ -63,6 +63,13 @@ def pack_command(args: Sequence[bytes]) -> bytes:
     for arg in args:
         out.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
     return b"".join(out)
+
+
+def pack_auth(username: Optional[str], password: str) -> bytes:
+    """AUTH [username] password."""
+    if username is None:
+        return pack_command((b"AUTH", password.encode()))
+    return pack_command((b"AUTH", username.encode(), password.encode()))
 
 
 def pack_set_nx_px(key: bytes, value: bytes, ttl: bytes) -> bytes:

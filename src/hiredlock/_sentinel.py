@@ -17,7 +17,7 @@ import socket
 from dataclasses import dataclass
 from typing import Optional
 
-from ._resp import NOT_READY, ProtocolError, Reader, ReplyError, pack_command
+from ._resp import NOT_READY, ProtocolError, Reader, ReplyError, pack_auth, pack_command
 
 # How long one sentinel may take to answer, connect included (a background thread waits, not a
 # round).
@@ -88,11 +88,7 @@ class SentinelGroup:
     def _ask(self, host: str, port: int, timeout_s: float) -> object:
         commands = []
         if self.password is not None:
-            auth = [b"AUTH"]
-            if self.username is not None:
-                auth.append(self.username.encode())
-            auth.append(self.password.encode())
-            commands.append(pack_command(auth))
+            commands.append(pack_auth(self.username, self.password))
         commands.append(
             pack_command((b"SENTINEL", b"GET-MASTER-ADDR-BY-NAME", self.service_name.encode()))
         )
