@@ -1,8 +1,8 @@
 """A fake Redis master on a loopback port, for replies no real redis-server sends: garbage,
 replies dripped a byte at a time, endless or huge replies.
 
-It speaks just enough RESP2 for a lock cycle (SET NX PX, the release and extend scripts, AUTH,
-SELECT, PING) on a dict of its own. The first `bad_connections` connections it accepts answer their
+It speaks just enough RESP2 for a lock cycle (SET NX PX, the release, unlock-after-failure and
+extend scripts, AUTH, SELECT, PING; anything else, SUBSCRIBE included, gets +OK) on a dict of its own. The first `bad_connections` connections it accepts answer their
 first command with `misbehave(sock)` instead, and then only read until the client hangs up: the
 client has to notice the bad reply by itself.
 """
@@ -14,7 +14,7 @@ import socket
 import threading
 from typing import Callable, Optional
 
-from hiredlock._scripts import EXTEND, RELEASE
+from hiredlock._scripts import EXTEND, RELEASE, RELEASE_AFTER_FAILURE
 
 Misbehave = Callable[[socket.socket], None]
 
@@ -127,6 +127,12 @@ class FakeMaster:
                     if ours:
                         del self.data[key]
                     return b":1\r\n" if ours else b":0\r\n"
+                if script in (RELEASE_AFTER_FAILURE.sha, RELEASE_AFTER_FAILURE.source):
+                    if ours:
+                        del self.data[key]
+                        return b":1\r\n"
+                    # (-1: held by another, without expiry: the fake keeps no ttl)
+                    return b":0\r\n" if key not in self.data else b":-1\r\n"
                 if script in (EXTEND.sha, EXTEND.source):
                     return b":1\r\n" if ours else b":0\r\n"
                 return b"-NOSCRIPT No matching script.\r\n"

@@ -118,11 +118,12 @@ def wake_delay(delay: float, free_in_ms: Optional[float]) -> float:
 
 def settle_after_notice(codes: bytes, elapsed_ns: int) -> float:
     """How long a waiter woken by a notice waits before it tries again, in seconds: nothing,
-    unless its last attempt split the masters with others (it got some, not a quorum). Waiters
+    unless its last attempt split the masters with others (it got some, others had the rest:
+    masters that failed are not a rival and call for no pause). Waiters
     woken by one notice try at the same moment; when they split the masters again and again
     (each split's unlock wakes them all anew), none gets a quorum. A random pause of up to two
     such rounds (1 ms at least) sets them apart, as the retry delay's randomness does."""
-    if _OK not in codes:
+    if _OK not in codes or _TAKEN not in codes:
         return 0.0
     return random.uniform(0.0, max(0.001, 2 * elapsed_ns / 1e9))
 
