@@ -2,7 +2,8 @@
 
     python bench/report.py [results_dir]
 
-Inputs: bench-<placement>.json (pytest-benchmark), extra-<placement>.json (CPU, contention),
+Inputs: bench-<placement>.json (pytest-benchmark), extra-<placement>.json (CPU, contention,
+handoff),
 machine.json (bench/run.py), soak-<placement>.json (bench/test_soak.py, when it was run).
 Every latency row's median is per round; divided by the round's cycles it is the median time of
 one acquire+release cycle, and "cycles/s" is its inverse. Ratios are throughput ratios in the
@@ -93,6 +94,9 @@ class Results:
 
     def contended(self):
         return [row for row in self.extra if row["kind"] == "contended"]
+
+    def handoff(self):
+        return [row for row in self.extra if row["kind"] == "handoff"]
 
 
 def fmt_us(seconds) -> str:
@@ -536,6 +540,100 @@ def contended_table(r: Results) -> list[str]:
     return lines
 
 
+HANDOFF_LABELS = {
+    "native": "hiredlock native, wake",
+    "native-nowake": "hiredlock native, `wake=False`",
+    "python": "hiredlock python, wake",
+    "python-redis-lock": "python-redis-lock (BLPOP)",
+    "redis-py": "redis-py Lock (polls every 0.1 s)",
+    "pottery": "pottery Redlock",
+    "aio-native": "hiredlock.aio native, wake",
+    "aio-native-nowake": "hiredlock.aio native, `wake=False`",
+    "aio-python": "hiredlock.aio python, wake",
+}
+
+
+def fmt_ms(ms) -> str:
+    if ms is None:
+        return NONE
+    return f"{ms:.2f}" if ms < 10 else f"{ms:,.0f}"
+
+
+def handoff_table(r: Results) -> list[str]:
+    rows = r.handoff()
+    if not rows:
+        return []
+    first = rows[0]
+    lines = [
+        "## Handoff under contention",
+        "",
+        f"{first['waiters']} waiters on ONE lock name in one process ({first['waiters']} threads; "
+        f"for hiredlock.aio {first['waiters']} tasks of one event loop), each looping: blocking "
+        f"acquire, hold {first['hold_ms']} ms, release, think uniform(0, {first['think_ms']} ms); "
+        f"{first['seconds']:g} s counted after a {first['warmup_s']:g} s warm-up, ttl 10 s "
+        f"({first['placement']}; bench/test_handoff.py). Handoff latency: from the moment "
+        "release() was called to the moment the next acquire() returned, in whichever waiter "
+        "(the releaser included); p50/p90/p99/max over every acquisition but the run's first. "
+        "To another waiter: the same over the handoffs where the lock went to a waiter other "
+        "than the releaser (a polling lock is mostly taken back by its releaser after its think "
+        "time). Fairness: acquisitions of the least and the most served waiter. CPU: the "
+        "client process's user+system time over the whole run (warm-up and drain included) per "
+        "counted acquisition.",
+        "",
+        "| row | N | p50 ms | p90 ms | p99 ms | max ms | to another waiter: share, p50 / p99 ms "
+        "| acquisitions/s | per waiter min / max | client CPU ms / acq. |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    order = list(HANDOFF_LABELS)
+    rows = sorted(rows, key=lambda x: order.index(x["lib"]) if x["lib"] in order else len(order))
+    early = False
+    for row in rows:
+        label = HANDOFF_LABELS.get(row["lib"], row["lib"])
+        if row["lib"] in ("native", "python", "aio-native", "aio-python") and not row.get(
+            "wake_supported", True
+        ):
+            label += " \\*"
+            early = True
+        handoffs = row["handoffs"]
+        share = (handoffs - row["self_handoffs"]) / handoffs if handoffs else 0.0
+        counts = row["per_waiter"]
+        cpu_ms = row["cpu_s"] * 1e3 / row["acquisitions"] if row["acquisitions"] else 0.0
+        lines.append(
+            f"| {label} | {row['n']} | {fmt_ms(row['p50_ms'])} | {fmt_ms(row['p90_ms'])} "
+            f"| {fmt_ms(row['p99_ms'])} | {fmt_ms(row['max_ms'])} "
+            f"| {share * 100:.0f}%, {fmt_ms(row['other_p50_ms'])} / "
+            f"{fmt_ms(row['other_p99_ms'])} "
+            f"| {row['per_s']:,.0f} | {min(counts):,} / {max(counts):,} "
+            f"| {cpu_ms:.2f} |"
+        )
+    if early:
+        lines += [
+            "",
+            "\\* measured before hiredlock had the `wake` argument: the timer-only polling.",
+        ]
+    notes = []
+    for row in rows:
+        label = HANDOFF_LABELS.get(row["lib"], row["lib"])
+        if row.get("errors"):
+            text = ", ".join(f"{c} {what}" for what, c in sorted(row["errors"].items()))
+            notes.append(f"{label}: exceptions counted: {text}.")
+        if row.get("overlaps"):
+            notes.append(f"{label}: **{row['overlaps']} acquisitions before the release**.")
+        if row.get("leftover_keys"):
+            keys = ", ".join(
+                f"`{key.split('/', 1)[1]}` (pttl {pttl} ms)"
+                for key, pttl in sorted(row["leftover_keys"].items())
+            )
+            notes.append(f"{label}: left behind (deleted after the row): {keys}.")
+    if not any(row.get("errors") for row in rows):
+        notes.insert(0, "No exception in any row.")
+    if not any(row.get("leftover_keys") for row in rows):
+        notes.append("No row left a key behind.")
+    lines += [""] + [f"- {note}" for note in notes]
+    lines.append("")
+    return lines
+
+
 def failures_note(r: Results) -> list[str]:
     failed = [row for row in r.latency.values() if row.get("failures")]
     failed += [row for row in r.extra if row.get("failures")]
@@ -781,6 +879,7 @@ def main(results_dir: str | None = None) -> str:
     lines += instructions_table(r)
     lines += async_table(r)
     lines += contended_table(r)
+    lines += handoff_table(r)
     lines += failures_note(r)
     lines += soak_section(r)
     path = os.path.join(results_dir, "REPORT.md")

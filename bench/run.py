@@ -12,7 +12,7 @@ machine state (nproc, load average at the start and the end of each run) goes in
     python bench/run.py [--placements pinned,unpinned] [--report-only] [-- extra pytest args]
 
 Environment knobs (see bench/timing.py and the test modules): BENCH_BUDGET, BENCH_CPU_CYCLES,
-BENCH_CONTENDED_S.
+BENCH_CONTENDED_S, BENCH_HANDOFF_S.
 """
 
 from __future__ import annotations
