@@ -84,8 +84,9 @@ wheel-check: deps
 # Tier-2 fault-injection soak (tests/test_fault_soak.py, marker `soak`; skipped by `make test`):
 # 10,000 contended acquisitions under a nemesis, then the same with the masters in a network
 # namespace (root only: nftables is installed when missing; elsewhere that test is skipped with
-# the reason). About 5 to 15 minutes. SOAK_ARGS go to pytest (e.g. SOAK_ARGS="-k nemesis");
-# SOAK_CALLS / SOAK_NETNS_CALLS change the counts; failures dump to $$TMPDIR/hiredlock-fault-dumps.
+# the reason), then every lock kind at once under the nemesis (2,000 calls per kind). About 5 to
+# 15 minutes. SOAK_ARGS go to pytest (e.g. SOAK_ARGS="-k nemesis"); SOAK_CALLS / SOAK_NETNS_CALLS
+# / SOAK_KINDS_CALLS change the counts; failures dump to $$TMPDIR/hiredlock-fault-dumps.
 .PHONY: soak
 soak: install
 	@if [ "$$(id -u)" = 0 ] && ! command -v nft >/dev/null; then \

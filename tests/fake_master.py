@@ -2,9 +2,10 @@
 replies dripped a byte at a time, endless or huge replies.
 
 It speaks just enough RESP2 for a lock cycle (SET NX PX, the release, unlock-after-failure and
-extend scripts, AUTH, SELECT, PING; anything else, SUBSCRIBE included, gets +OK) on a dict of its own. The first `bad_connections` connections it accepts answer their
-first command with `misbehave(sock)` instead, and then only read until the client hangs up: the
-client has to notice the bad reply by itself.
+extend scripts, AUTH, SELECT, PING; anything else, SUBSCRIBE included, gets +OK) on a dict of its
+own. The first `bad_connections` connections it accepts answer their first command with
+`misbehave(sock)` instead, and then only read until the client hangs up: the client has to
+notice the bad reply by itself.
 """
 
 from __future__ import annotations

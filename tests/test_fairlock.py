@@ -260,7 +260,9 @@ def test_a_waiter_that_gives_up_leaves_the_queue_at_once(api, make_redlock, mast
     )
     for rl in (holder_rl, quitter_rl, next_rl):
         open_connections(rl)
-    holder = holder_rl.lock(key, 30, fair=True)
+    # (a plain lock holds the name: a fair holder's ticket stays queued until its release, and
+    # the queue below is the waiters' only)
+    holder = holder_rl.lock(key, 30)
     assert holder.acquire(blocking=False)
     quitter = quitter_rl.lock(key, 30, fair=True)
     nxt = Waiter("next", next_rl.lock(key, 30, fair=True), timeout=JOIN)
@@ -390,7 +392,7 @@ def test_a_killed_waiter_holds_the_queue_back_one_window_at_most(
     holder_rl, rl = (make_redlock(urls(masters5), retry_delay=rd, master_timeout=MT) for _ in "ab")
     for client in (holder_rl, rl):
         open_connections(client)
-    holder = holder_rl.lock(key, 30, fair=True)
+    holder = holder_rl.lock(key, 30)  # (plain: the queue below is the waiters' only)
     assert holder.acquire(blocking=False)
     env = {k: v for k, v in os.environ.items() if k != "HIREDLOCK_IMPL"}
     args = [sys.executable, "-c", KILLED_WAITER, engine, key, str(rd), str(MT), *urls(masters5)]

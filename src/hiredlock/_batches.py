@@ -25,7 +25,8 @@ class KeyState(NamedTuple):
     ours: Optional[bool]  # the key holds the token of a lock this Redlock holds
     detail: Optional[str] = None
     # the name's other kinds on this master (None when it did not answer): a read-write lock's
-    # writer and live readers, and the fair lock's waiters in the queue
+    # writer and live readers, and the fair lock's live tickets in the queue (its waiters, and
+    # its holder's for up to one waiting window after it took the lock)
     writer: Optional[bool] = None
     readers: Optional[int] = None
     waiting: Optional[int] = None

@@ -295,21 +295,22 @@ def quorum(n_masters: int) -> int:
 
 # A fair lock's attempt. KEYS: the lock, the queue, the expiries; ARGV: token, ttl ms, ticket,
 # order, the waiting window ms. Forgets the waiters whose time ran out, (re)queues this one for
-# the window, and takes the lock only when this waiter is first in the queue and it is free; the
-# holder leaves the queue (an attempt that then fails on the quorum queues again at the same
-# place: its order is the same). The queue's keys live as long as a waiter touches them within
-# the window.
+# the window, and takes the lock only when this waiter is first in the queue and it is free. The
+# ticket stays queued until the call ends (the release or the leave takes it out): an attempt
+# that took a minority of the masters keeps its place on them. The queue's keys live as long as
+# the longest window of the waiters touching them (never shortened by a client whose own window
+# is shorter).
 FAIR_ACQUIRE = _script(
     _NOW + "local gone = redis.call('zrangebyscore', KEYS[3], '-inf', now) "
     "for _, ticket in ipairs(gone) do redis.call('zrem', KEYS[2], ticket) end "
     "redis.call('zremrangebyscore', KEYS[3], '-inf', now) "
     "redis.call('zadd', KEYS[2], ARGV[4], ARGV[3]) "
     "redis.call('zadd', KEYS[3], now + ARGV[5], ARGV[3]) "
-    "redis.call('pexpire', KEYS[2], ARGV[5]) redis.call('pexpire', KEYS[3], ARGV[5]) "
+    "for i = 2, 3 do if redis.call('pttl', KEYS[i]) < tonumber(ARGV[5]) then "
+    "redis.call('pexpire', KEYS[i], ARGV[5]) end end "
     "if redis.call('zrange', KEYS[2], 0, 0)[1] ~= ARGV[3] then return 0 end "
-    "if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end "
-    "redis.call('zrem', KEYS[2], ARGV[3]) redis.call('zrem', KEYS[3], ARGV[3]) "
-    "return 1"
+    "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end "
+    "return 0"
 )
 
 # A fair lock's release, or a waiter leaving the queue (token ""): the ticket leaves the queue,

@@ -8,7 +8,8 @@
     netns.py     NetnsMasters: masters inside a network namespace of our own (root only), with
                  nftables faults inside it
     oracles.py   interval oracle, occupancy / lost-update / fenced-register judges, the
-                 read-write judge (RWJudge), leak scan
+                 read-write judge (RWJudge), the fair lock's order oracle (RequestGate,
+                 order_report), leak scan
     worker.py    WorkerPool: persistent client processes that contend for a lock
     scenario.py  Scenario: standard parameters, workloads, checks, summary lines and dumps
     nemesis.py   Nemesis: the soak's fault scheduler (at most 2 masters faulted at once)

@@ -1,6 +1,6 @@
-"""Library bugs found by the fault tests, with their analysis (all fixed now; each is pinned by a
-test).  A test whose liveness check fails in a way an open one explains xfails with its text; its
-safety checks still apply."""
+"""Library bugs found by the fault tests, with their analysis (each is pinned by a test).  A test
+whose liveness check fails in a way an open one explains xfails with its text; its safety checks
+still apply."""
 
 from __future__ import annotations
 
@@ -46,3 +46,34 @@ B3 = "library bug B3 (fixed in e5f0a8d)"
 # tests/test_fault_regressions.py::test_restarted_masters_used_in_the_next_round and
 # ::test_connections_closed_by_the_server_are_replaced.
 B4 = "library bug B4 (fixed)"
+
+
+# B5 (FIXED: the keys' TTL is only ever lengthened): fair lock.  FAIR_ACQUIRE
+# (src/hiredlock/_scripts.py) set the queue's keys
+# hiredlock:fair:q:/e:<name> to expire one waiting window after *this* attempt, the calling
+# client's window (3 x retry_delay + 2 master timeouts): `pexpire KEYS[2] ARGV[5]` unconditional.
+# An attempt by a client with a shorter window (a smaller retry_delay or master_timeout) thus
+# shortens the keys under a waiter whose window is longer; when no attempt touches them for that
+# short window (the quick client left; the waiter's next attempt is up to 1.5 x its retry_delay
+# away) the keys expire with the waiter's ticket, and a call made later finds the queue empty and
+# takes the lock first: grant order != request order with no fault at all (README "Fair lock":
+# "A waiter keeps its place while it keeps trying").  E.g. a waiter with retry_delay=1.0 (window
+# 3.1 s): one acquire(blocking=False) by a client with retry_delay=0.01 cuts the keys' PTTL from
+# 3050 to 129 ms.  Pinned by
+# tests/test_fault_fairlock.py::test_a_shorter_window_keeps_a_waiters_place.
+B5 = "library bug B5 (fixed): a shorter-window client's attempt shortened the fair queue's TTL"
+
+# B6 (FIXED: the ticket stays queued until the call ends): fair lock.  FAIR_ACQUIRE removed the
+# ticket from a master's queue as soon as the
+# attempt takes the lock *on that master*, before the round knows whether it won a quorum.  An
+# attempt that wins only some masters (the lock still held on the others: a release not applied
+# there yet, a holder known on some masters only, a faulted master) fails, unlocks, and leaves
+# its ticket missing from the masters it won; until its next attempt puts it back, a later
+# waiter is first there and takes the lock on them, against the README's "all masters' queues
+# agree, and no two waiters can each be first on part of the masters".  Two waiters woken
+# together then hand those masters to each other at every attempt (each partial win removes the
+# winner's ticket where it won): seen as a 1.2 s stall of the whole queue, 5 of 36 calls timing
+# out, in test_fault_fairlock's drop_replies scenario (async API, python engine; each failed
+# attempt of the head voted TIMEOUT, TIMEOUT, OK, TAKEN, TAKEN).  Pinned by
+# tests/test_fault_fairlock.py::test_a_minority_win_keeps_the_waiters_place.
+B6 = "library bug B6 (fixed): a fair attempt that won a minority dropped its ticket there"

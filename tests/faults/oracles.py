@@ -18,6 +18,12 @@
    counter; a reader reads it on entry and on exit, and a change (a writer wrote while it read)
    is a torn read.  The interval oracle's rw variant (rw_interval_violations) pairs a writer with
    anyone else.
+7. For a fair lock: the order oracle.  Each acquire() call takes a request stamp first: a
+   RequestGate on the judge lets the calls of every process through at least `gap` ms apart (on
+   the judge's clock), and the caller reads time.time_ns() right after, just before acquire()
+   (the clock the library orders its calls by).  order_inversions() then pairs every call b that
+   got the lock with each call a requested >= 10 ms before it (README "Fair lock": the guarantee
+   holds for calls made >= 10 ms apart) that was still waiting when b's acquire() returned.
 
 The Judge class is used by the worker processes and by the test process alike.
 """
@@ -173,6 +179,118 @@ class RWJudge(Judge):
         return v
 
 
+# KEYS: the last pass (judge's clock, us), the passes so far.  ARGV: the gap in us.  Returns
+# {sequence number, 0} when the caller may go, else {-1, microseconds to wait}.
+_GATE = """
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local last = tonumber(redis.call('get', KEYS[1]) or '0')
+if now - last < tonumber(ARGV[1]) then return {-1, tonumber(ARGV[1]) - (now - last)} end
+redis.call('set', KEYS[1], now)
+return {redis.call('incr', KEYS[2]), 0}
+"""
+
+
+class RequestGate:
+    """The fair lock's request schedule (oracle 7), shared by every process contending for one
+    name: wait() returns once `gap_ms` passed on the judge's clock since the previous caller
+    went, with the caller's sequence number.  Callers stamp their request right after it, so
+    their calls are about `gap_ms` apart (whatever each thread's scheduling delay adds)."""
+
+    def __init__(self, url: str, name: str, gap_ms: float) -> None:
+        self.r = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=10)
+        self.keys = [f"judge:{name}:gate_last", f"judge:{name}:gate_seq"]
+        self.gap_us = int(gap_ms * 1000)
+        self._gate = self.r.register_script(_GATE)
+
+    def wait(self) -> int:
+        while True:
+            seq, wait_us = self._gate(keys=self.keys, args=[self.gap_us])
+            if int(seq) >= 0:
+                return int(seq)
+            time.sleep(int(wait_us) / 1e6)
+
+    def close(self) -> None:
+        self.r.close()
+
+
+class Request(NamedTuple):
+    """One acquire() call of a fair lock's workload (oracle 7), on time.time_ns()'s clock."""
+
+    requested_ns: int  # just before acquire() was called (after the RequestGate)
+    done_ns: int  # when acquire() returned
+    granted: bool
+    who: str = ""
+    seq: int = 0  # the RequestGate's sequence number
+
+
+# The README's guarantee: calls made at least this far apart are granted in the order made.
+ORDER_GAP_NS = 10_000_000
+
+
+def order_inversions(requests, gap_ns: int = ORDER_GAP_NS) -> list[tuple[Request, Request]]:
+    """Pairs (a, b): b got the lock (its acquire() returned True) while a, requested at least
+    gap_ns before b, was still waiting (a's acquire() returned later, granted or not).  Holders
+    exclude each other, so for two granted calls this is "b was granted before a"; a call that
+    gave up (its deadline, an error) counts as overtaken by every such b too."""
+    reqs = sorted((r if isinstance(r, Request) else Request(*r) for r in requests), key=_req)
+    starts = [r.requested_ns for r in reqs]
+    longest = max((r.done_ns - r.requested_ns for r in reqs), default=0)
+    out = []
+    for b in reqs:
+        if not b.granted:
+            continue
+        # a: requested by b.requested_ns - gap_ns, and no earlier than `longest` before b's grant
+        lo = bisect.bisect_left(starts, b.done_ns - longest)
+        hi = bisect.bisect_right(starts, b.requested_ns - gap_ns)
+        out += [(a, b) for a in reqs[lo:hi] if a.done_ns > b.done_ns]
+    return out
+
+
+def _req(r: Request) -> int:
+    return r.requested_ns
+
+
+def order_report(requests, gap_ns: int = ORDER_GAP_NS) -> dict:
+    """The order oracle's numbers: requests; pairs judged (requested >= gap_ns apart, the
+    earlier one still waiting when the later one was made: the pairs whose order the lock
+    decided); inversions (order_inversions) and the requests they overtook; close pairs
+    (consecutive requests < gap_ns apart: not judged); the most calls waiting in acquire() at
+    once (> 1: a queue did form); a sample of the inversions."""
+    reqs = sorted((r if isinstance(r, Request) else Request(*r) for r in requests), key=_req)
+    starts = [r.requested_ns for r in reqs]
+    longest = max((r.done_ns - r.requested_ns for r in reqs), default=0)
+    judged = 0
+    for i, b in enumerate(reqs):
+        lo = bisect.bisect_left(starts, b.requested_ns - longest, 0, i)
+        hi = bisect.bisect_right(starts, b.requested_ns - gap_ns, 0, i)
+        judged += sum(1 for a in reqs[lo:hi] if a.done_ns > b.requested_ns)
+    close = sum(1 for a, b in zip(starts, starts[1:]) if b - a < gap_ns)
+    events = sorted([(r.requested_ns, 1) for r in reqs] + [(r.done_ns, -1) for r in reqs])
+    waiting = waiting_max = 0
+    for _t, step in events:
+        waiting += step
+        waiting_max = max(waiting_max, waiting)
+    inv = order_inversions(reqs, gap_ns)
+    t0 = starts[0] if starts else 0
+    sample = [
+        f"{a.who}#{a.seq} asked at +{(a.requested_ns - t0) / 1e6:.1f} ms, "
+        f"{'granted' if a.granted else 'gave up'} at +{(a.done_ns - t0) / 1e6:.1f} ms; "
+        f"{b.who}#{b.seq} asked at +{(b.requested_ns - t0) / 1e6:.1f} ms, "
+        f"granted at +{(b.done_ns - t0) / 1e6:.1f} ms"
+        for a, b in inv[:5]
+    ]
+    return {
+        "requests": len(reqs),
+        "judged_pairs": judged,
+        "inversions": len(inv),
+        "overtaken": len({(a.who, a.seq, a.requested_ns) for a, _b in inv}),
+        "close_pairs": close,
+        "waiting_max": waiting_max,
+        "sample": sample,
+    }
+
+
 class Interval(NamedTuple):
     name: str
     token: str
@@ -247,9 +365,16 @@ def now_ns() -> int:
 FENCE_PREFIX = b"hiredlock:fence:"
 RW_READERS_PREFIX = b"hiredlock:rw:r:"
 RW_MARK_PREFIXES = (b"hiredlock:rw:ww:", b"hiredlock:rw:rw:", b"hiredlock:rw:rp:")
+FAIR_QUEUE_PREFIXES = (b"hiredlock:fair:q:", b"hiredlock:fair:e:")
 
 
-def leak_scan(servers, ttl_ms: int, since_ns: int, rw_window_ms: Optional[int] = None) -> list[str]:
+def leak_scan(
+    servers,
+    ttl_ms: int,
+    since_ns: int,
+    rw_window_ms: Optional[int] = None,
+    fair_window_ms: Optional[int] = None,
+) -> list[str]:
     """Problems left on the masters (live servers only).  Every key is scanned (lock keys, a
     semaphore's permit keys hiredlock:permit:<i>:<name>, a read-write lock's keys
     hiredlock:rw:*:<name>, anything else), and reported when it is:
@@ -264,7 +389,13 @@ def leak_scan(servers, ttl_ms: int, since_ns: int, rw_window_ms: Optional[int] =
       whose PTTL is above `rw_window_ms` (when given), the waiting window the scripts set them
       for.  The marks are allowed otherwise: a refused attempt leaves them on purpose, and they
       expire on their own within the window (as the README says); the writer's key
-      hiredlock:rw:w:<name> is a lock key and falls under the ttl rule above.
+      hiredlock:rw:w:<name> is a lock key and falls under the ttl rule above;
+    * a fair lock's queue keys (hiredlock:fair:q:, fair:e: + name) whose PTTL is above
+      `fair_window_ms` (when given), the waiting window.  They are allowed otherwise: a waiter
+      whose leaving did not reach a master (faulted then) stays in that master's queue, and
+      every attempt renews both keys for one window, so they expire on their own within one
+      window after the last waiter (README "Fair lock").  (A fair lock's own key is the name's,
+      a lock key.)
     """
     problems = []
     for srv in servers:
@@ -289,6 +420,11 @@ def leak_scan(servers, ttl_ms: int, since_ns: int, rw_window_ms: Optional[int] =
             if marks and pttl > rw_window_ms:
                 problems.append(
                     f"port {srv.port}: {key!r} PTTL {pttl} ms > the {rw_window_ms} ms window"
+                )
+            queue = fair_window_ms is not None and key.startswith(FAIR_QUEUE_PREFIXES)
+            if queue and pttl > fair_window_ms:
+                problems.append(
+                    f"port {srv.port}: {key!r} PTTL {pttl} ms > the {fair_window_ms} ms window"
                 )
             if key.startswith(RW_READERS_PREFIX):
                 problems += _reader_entry_leaks(a, srv.port, key, ttl_ms, since_ns)

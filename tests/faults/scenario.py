@@ -24,6 +24,15 @@ violation, readers together are not (reader_max shows they overlapped); writers 
 lost-update counter, readers check it did not change while they read (torn reads).  The interval
 oracle is rw_interval_violations; the leak scan checks the readers' entries and the marks'
 window too.  The uncontended workload takes a write lock every third call, else a read lock.
+
+The kind "fair" is a fair lock (Scenario(..., kind="fair")): every call acquires a new
+Redlock.lock(name, ttl, fair=True) and is judged as a lock (interval, occupancy, lost update);
+the contended calls of every process first pass the name's RequestGate (faults.oracles: at least
+`gap_ms` apart on the judge's clock), then stamp their request and call acquire(), and
+order_report() judges the grant order against the request order (the README's guarantee for
+calls >= 10 ms apart).  Inversions are not violations (a fault may cause them): the fault-free
+scenario asserts there are none, the faulted ones report them.  The leak scan allows the queue's
+keys for one waiting window.
 """
 
 from __future__ import annotations
@@ -39,11 +48,14 @@ from dataclasses import dataclass, field
 from support import EXTRA_SLACK
 
 from .oracles import (
+    FAIR_QUEUE_PREFIXES,
     Interval,
     Judge,
+    Request,
     RWJudge,
     interval_violations,
     leak_scan,
+    order_report,
     rw_interval_violations,
 )
 
@@ -57,6 +69,9 @@ CS_MS = (1.0, 5.0)
 # be decided at its master_timeout (50 ms) and keeps its partial keys until then; a retry jitter
 # much shorter than that keeps colliders in step (split-vote livelock: seconds with 10 +- 5 ms).
 RETRY_DELAY = 0.05
+# Kind "fair": the RequestGate's spacing of the contended calls (ms).  The README orders calls
+# made >= 10 ms apart; 5 ms more absorb a thread's delay between the gate and its acquire().
+FAIR_GAP_MS = 15.0
 ACQUIRE_TIMEOUT = 2.0
 
 SUMMARIES: list[str] = []  # printed at the end of the run by the plugin
@@ -121,6 +136,8 @@ class Scenario:
     limit: int | None = None  # the occupancy oracle's limit: the permits unless given
     contenders: int | None = None  # contending threads in all: one per worker unless given
     roles: tuple = ("r", "r", "w")  # kind "rwlock": contender j's role is roles[j % len(roles)]
+    gap_ms: float = FAIR_GAP_MS  # kind "fair": the contended calls' spacing (RequestGate)
+    scan_leaks: bool = True  # False: the caller scans (several scenarios on the same masters)
 
     def __post_init__(self):
         if self.limit is None:
@@ -135,6 +152,9 @@ class Scenario:
         self.unc = {"calls": 0, "ok": 0, "lat": [], "rel_lat": [], "errors": {}, "escaped": []}
         self.cont = {"calls": 0, "ok": 0, "lat": [], "errors": {}, "escaped": [], "workers": []}
         self.by_role = {"r": [0, 0], "w": [0, 0]}  # kind "rwlock": role -> [successes, calls]
+        self.requests: list[Request] = []  # kind "fair": the contended calls (order oracle)
+        self.fair_leftover: dict = {}  # kind "fair": port -> tickets still queued after heal
+        self._order: dict | None = None
         self.timeline: list = []  # contended calls: [worker, start_ns, duration_ns, outcome]
         self.intervals: list[Interval] = []
         self.judges: list[str] = []  # names judged on the judge server
@@ -150,8 +170,9 @@ class Scenario:
     # -- set-up -----------------------------------------------------------------------------
     @property
     def rw_window_ms(self) -> int:
-        """A read-write lock's waiting window with this scenario's clients (README: 3 x
-        retry_delay + 2 master timeouts, 100 ms at least): no mark is set for longer."""
+        """The waiting window of this scenario's clients (README: 3 x retry_delay + 2 master
+        timeouts, 100 ms at least): no read-write lock's mark and no fair lock's queue key is
+        set for longer."""
         return max(100, int(3000 * RETRY_DELAY + 2000 * self.master_timeout))
 
     @property
@@ -192,12 +213,16 @@ class Scenario:
             self.loop_thread = None
         self.lab.masters.heal()
         self.t_last_release = max(self.t_last_release, time.monotonic_ns())
-        self.leaks = leak_scan(
-            self.lab.masters.servers,
-            int(self.ttl * 1000),
-            self.t_last_release,
-            rw_window_ms=self.rw_window_ms if self.kind == "rwlock" else None,
-        )
+        if self.kind == "fair":
+            self.fair_leftover = fair_tickets(self.lab.masters.servers)
+        if self.scan_leaks:
+            self.leaks = leak_scan(
+                self.lab.masters.servers,
+                int(self.ttl * 1000),
+                self.t_last_release,
+                rw_window_ms=self.rw_window_ms if self.kind == "rwlock" else None,
+                fair_window_ms=self.rw_window_ms if self.kind == "fair" else None,
+            )
         self.elapsed = time.monotonic() - self.t_start
         self._collect_verdicts()
         SUMMARIES.append(self.summary())
@@ -209,8 +234,10 @@ class Scenario:
         from hiredlock import HiredlockError
 
         rw = self.kind == "rwlock"
-        # (a read-write lock's clients wait with the contended ones' retry delay: one window)
-        rl = rl or (self.redlock(retry_delay=RETRY_DELAY) if rw else self.redlock())
+        # (read-write and fair locks' clients wait with the contended ones' retry delay: their
+        # marks and queues last one window of it)
+        windowed = rw or self.kind == "fair"
+        rl = rl or (self.redlock(retry_delay=RETRY_DELAY) if windowed else self.redlock())
         judge_name = self.name + ":u"
         judge = (RWJudge if rw else Judge)(self.lab.judge_url, judge_name)
         self.judges.append(judge_name)
@@ -224,6 +251,8 @@ class Scenario:
 
                     role = "w" if i % 3 == 2 else "r"
                     lock = rwlock_sides(rl, f"{judge_name}:{i}", self.ttl)[role == "w"]()
+                elif self.kind == "fair":
+                    lock = rl.lock(f"{judge_name}:{i}", self.ttl, fair=True)
                 else:
                     lock = rl.lock(f"{judge_name}:{i}", self.ttl, fencing=fencing)
                 t0 = time.monotonic_ns()
@@ -287,18 +316,35 @@ class Scenario:
         many threads spread over the workers (and the calls in proportion)."""
         acquire_timeout += EXTRA_SLACK
         pool = self.lab.pool
+        cmds = self.contend_cmds(n_total, len(pool), acquire_timeout=acquire_timeout, **extra)
+        results = pool.contend(cmds, timeout=60 + n_total * (acquire_timeout + 1))
+        client = "AsyncRedlock" if self.lab.api == "async" else "Redlock"
+        wrong = [res["label"] for res in results if res.get("client") != client]
+        self.expect(not wrong, f"workers {wrong} did not contend through a {client}")
+        if self.lab.api == "async":
+            loops = [(res.get("loop") or "").split(".")[0] for res in results]
+            self.expect(
+                all(loop == self.lab.worker_loop for loop in loops),
+                f"the workers' event loops were {loops}, not {self.lab.worker_loop}",
+            )
+        self.add_worker_results(results)
+
+    def contend_cmds(self, n_total: int, n_workers: int, *, acquire_timeout: float, **extra):
+        """The "contend" commands of n_workers worker processes sharing n_total calls on the
+        scenario's contended name (see contended(); the soak of all kinds sends several
+        scenarios' commands to one pool at once)."""
         name = self.name + ":c"
         self.judges.append(name)
         if self.kind == "semaphore":
             self.judges += [f"{name}:p{i}" for i in range(self.permits)]
-        contenders = self.contenders or len(pool)
-        threads = [contenders // len(pool) + (i < contenders % len(pool)) for i in range(len(pool))]
+        contenders = self.contenders or n_workers
+        threads = [contenders // n_workers + (i < contenders % n_workers) for i in range(n_workers)]
         shares = [n_total // contenders + (j < n_total % contenders) for j in range(contenders)]
-        per = [sum(shares[sum(threads[:i]) : sum(threads[: i + 1])]) for i in range(len(pool))]
+        per = [sum(shares[sum(threads[:i]) : sum(threads[: i + 1])]) for i in range(n_workers)]
         roles = [self.roles[j % len(self.roles)] for j in range(contenders)]
         start_at = time.monotonic_ns() + 200_000_000
         cmds = []
-        for i in range(len(pool)):
+        for i in range(n_workers):
             cmds.append(
                 {
                     "api": self.lab.api,
@@ -324,20 +370,11 @@ class Scenario:
                     "limit": self.limit,
                     "threads": threads[i],
                     "roles": roles[sum(threads[:i]) : sum(threads[: i + 1])],
+                    "gap_ms": self.gap_ms if self.kind == "fair" else None,
                     **extra,
                 }
             )
-        results = pool.contend(cmds, timeout=60 + n_total * (acquire_timeout + 1))
-        client = "AsyncRedlock" if self.lab.api == "async" else "Redlock"
-        wrong = [res["label"] for res in results if res.get("client") != client]
-        self.expect(not wrong, f"workers {wrong} did not contend through a {client}")
-        if self.lab.api == "async":
-            loops = [(res.get("loop") or "").split(".")[0] for res in results]
-            self.expect(
-                all(loop == self.lab.worker_loop for loop in loops),
-                f"the workers' event loops were {loops}, not {self.lab.worker_loop}",
-            )
-        self.add_worker_results(results)
+        return cmds
 
     def add_worker_results(self, results) -> None:
         for res in results:
@@ -367,6 +404,8 @@ class Scenario:
                 else:
                     self.cont["errors"][outcome] = self.cont["errors"].get(outcome, 0) + 1
             self.cont["escaped"].extend(res["escaped"])
+            self.requests += [Request(*r) for r in res.get("requests", ())]
+            self._order = None
             for iv in res["intervals"]:
                 self.intervals.append(Interval(*iv))
                 self.t_last_release = max(self.t_last_release, iv[5])
@@ -400,6 +439,13 @@ class Scenario:
             v["torn_read"] = sum(x["torn_reads"] for x in self.verdicts.values())
         v["total"] = sum(v.values())
         return v
+
+    def order(self) -> dict:
+        """Kind "fair": the order oracle's report (faults.oracles.order_report) of the
+        contended calls: judged_pairs, inversions, overtaken, close_pairs, waiting_max, sample."""
+        if self._order is None:
+            self._order = order_report(self.requests)
+        return self._order
 
     @property
     def reader_max(self) -> int:
@@ -458,12 +504,23 @@ class Scenario:
                 f"rwlock writers max={self.writer_max} readers max={self.reader_max}"
                 f" (reads {r_ok}/{r_n}, writes {w_ok}/{w_n})"
             )
+        elif self.kind == "fair":
+            o = self.order()
+            parts.append(
+                f"fair order: {o['requests']} requests, {o['judged_pairs']} pairs judged,"
+                f" inversions={o['inversions']} ({o['overtaken']} requests overtaken),"
+                f" {o['close_pairs']} close pairs, waiting max {o['waiting_max']}"
+            )
+            if o["sample"]:
+                parts.append("first inversions: " + " | ".join(o["sample"][:3]))
+            if self.fair_leftover:
+                parts.append(f"queued after heal: {self.fair_leftover}")
         elif self.kind != "lock":
             parts.append(
                 f"{self.kind}(permits={self.permits}) occupancy max={self.occupancy_max}"
                 f" (limit {self.limit})"
             )
-        parts.append(f"leaked={len(self.leaks)}")
+        parts.append(f"leaked={len(self.leaks)}" if self.scan_leaks else "leaked=(scanned apart)")
         parts.append(f"p50={pct(lat, 0.5) * 1e3:.1f}ms p99={pct(lat, 0.99) * 1e3:.1f}ms")
         errs = {**self.unc["errors"], **{f"c:{k}": n for k, n in self.cont["errors"].items()}}
         if errs:
@@ -492,6 +549,9 @@ class Scenario:
             "contenders": self.contenders,
             "roles": self.roles,
             "by_role": self.by_role,
+            "order": self.order() if self.kind == "fair" else None,
+            "fair_leftover": self.fair_leftover,
+            "requests": sorted(self.requests),
             "ttl": self.ttl,
             "master_timeout": self.master_timeout,
             "fault_schedule": self.lab.masters.schedule,
@@ -579,3 +639,20 @@ class Scenario:
             path = self.dump(text)
             pytest.xfail(f"{known_bug[0]}: {text} (dump: {path})")
         self.fail(text)
+
+
+def fair_tickets(servers) -> dict:
+    """port -> {queue key: tickets} of every fair lock's queue left on the live masters."""
+    out = {}
+    for srv in servers:
+        if not srv.alive:
+            continue
+        a = srv.admin()
+        found = {
+            key.decode(errors="replace"): a.zcard(key)
+            for prefix in FAIR_QUEUE_PREFIXES
+            for key in a.scan_iter(match=prefix + b"*", count=1000)
+        }
+        if found:
+            out[srv.port] = found
+    return out

@@ -13,8 +13,11 @@ Commands:
            occupancy "limit"), or "rwlock" (one RWLock of the name per worker: each call takes a
            new lock object from its read() or write(), as the thread's role in "roles" says, "r"
            or "w"; judged by an RWJudge; "writers_read": the writers take read locks, a negative
-           control); "threads": how many threads (async: tasks) of the worker contend, sharing
-           its client (and semaphore, or RWLock).
+           control), or "fair" (a new fair lock, Redlock.lock(name, ttl, fair=True), for each
+           call; "unfair": a plain lock instead, a negative control; "gap_ms": every call first
+           passes the name's RequestGate, then stamps its request: the calls' "requests" give
+           the order oracle its record); "threads": how many threads (async: tasks) of the
+           worker contend, sharing its client (and semaphore, or RWLock).
   hold     acquire, enter the critical section, say {"event": "in_cs"}, wait for {"op": "go"}, then
            finish the section (the test SIGSTOPs the worker in between).
   exit
@@ -125,6 +128,18 @@ def _holders(rl, cmd, judge):
     from faults.oracles import Judge
 
     name, kind = cmd["name"], cmd.get("kind", "lock")
+    if kind == "fair":
+        from faults.oracles import RequestGate
+
+        fair = not cmd.get("unfair")
+        make = lambda: rl.lock(name, cmd["ttl"], fair=fair)  # noqa: E731
+        gate = RequestGate(cmd["judge"], name, cmd["gap_ms"]) if cmd.get("gap_ms") else None
+
+        def where_fair(_lock):
+            return name, judge
+
+        where_fair.gate = gate
+        return (lambda _k: (make, where_fair)), [gate] if gate else []
     if kind == "lock":
         fencing = bool(cmd.get("fencing"))
         make = lambda: rl.lock(name, cmd["ttl"], fencing=fencing)  # noqa: E731
@@ -224,6 +239,7 @@ def contend(cmd) -> dict:
         "fence_refused": 0,
         "rss": [],
         "lost_mid_section": 0,
+        "requests": [],  # kind "fair": [requested_ns, done_ns, granted, who, seq] (time_ns)
     }
     threads = cmd.get("threads", 1)
     parts = [
@@ -307,6 +323,7 @@ def _contend_loop(cmd, make, where, out, rng, me, calls, rss_every=None) -> None
     n = 0
     rss_every = cmd.get("rss_every", 0) if rss_every is None else rss_every
     side = [where.role] if hasattr(where, "role") else []  # a read-write lock's role
+    gate = getattr(where, "gate", None)  # a fair lock's RequestGate
     while True:
         if calls is not None and n >= calls:
             break
@@ -316,6 +333,9 @@ def _contend_loop(cmd, make, where, out, rng, me, calls, rss_every=None) -> None
         if rss_every and n % rss_every == 0:
             out["rss"].append([n, _rss_kb()])
         holder = make()
+        if gate is not None:
+            seq = gate.wait()
+            requested_ns = time.time_ns()  # (the clock a fair lock orders its calls by)
         t0 = time.monotonic_ns()
         try:
             got = holder.acquire(timeout=timeout)  # a Lock's True/False, a Permit or None
@@ -334,6 +354,8 @@ def _contend_loop(cmd, make, where, out, rng, me, calls, rss_every=None) -> None
             ok, outcome = False, "escaped"
             out["escaped"].append(f"acquire: {exc!r}\n{traceback.format_exc()[-1500:]}")
         t1 = time.monotonic_ns()
+        if gate is not None:
+            out["requests"].append([requested_ns, time.time_ns(), ok, me, seq])
         out["calls"].append([t0, t1 - t0, outcome, *side])
         if not ok:
             continue
