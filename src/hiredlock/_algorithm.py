@@ -116,16 +116,25 @@ def wake_delay(delay: float, free_in_ms: Optional[float]) -> float:
     return min(delay, (free_in_ms + random.uniform(0.0, EXPIRY_SPREAD_MS)) / 1000.0)
 
 
-def settle_after_notice(codes: bytes, elapsed_ns: int) -> float:
-    """How long a waiter woken by a notice waits before it tries again, in seconds: nothing,
-    unless its last attempt split the masters with others (it got some, others had the rest:
-    masters that failed are not a rival and call for no pause). Waiters
-    woken by one notice try at the same moment; when they split the masters again and again
-    (each split's unlock wakes them all anew), none gets a quorum. A random pause of up to two
-    such rounds (1 ms at least) sets them apart, as the retry delay's randomness does."""
-    if _OK not in codes or _TAKEN not in codes:
+def split_with_rivals(codes: bytes) -> bool:
+    """The attempt got some masters and a rival the rest (masters that failed are no rival)."""
+    return _OK in codes and _TAKEN in codes
+
+
+def settle_after_notice(elapsed_ns: int, splits: int, retry_delay: float) -> float:
+    """How long a waiter woken by a notice waits before it tries again, in seconds, after
+    `splits` attempts in a row that split the masters with rivals (0: none, no pause).
+
+    Waiters woken by one notice try at the same moment; when they split the masters (each
+    split's unlock wakes them all anew), none gets a quorum, and under a stopped minority every
+    interleaving splits. A random pause sets them apart, as the retry delay's randomness does:
+    up to two such rounds (1 ms at least), doubling with each split in a row, at most four
+    retry delays (a split round under a stopped minority lasts a master timeout: the pauses
+    must outgrow it for the waiters to come apart)."""
+    if not splits:
         return 0.0
-    return random.uniform(0.0, max(0.001, 2 * elapsed_ns / 1e9))
+    bound = max(0.001, 2 * elapsed_ns / 1e9) * 2 ** min(splits - 1, 16)
+    return random.uniform(0.0, min(max(4 * retry_delay, 0.001), bound))
 
 
 def failures(codes: bytes) -> int:

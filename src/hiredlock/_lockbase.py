@@ -340,6 +340,7 @@ class LockBase:
             channel = self._channel
             if channel is None:
                 channel = self._channel = self._wake_channel()
+            splits = 0  # attempts in a row that split the masters with rivals
         while True:
             # (the notices heard before this attempt: one that comes before the pause begins
             # ends the pause at once)
@@ -374,7 +375,8 @@ class LockBase:
                 yield PAUSE, (delay, None, None, 0.0, 0)
             else:
                 delay = _algorithm.wake_delay(delay, self._free_in(unlocked))
-                settle = _algorithm.settle_after_notice(failed[0], failed[1])
+                splits = splits + 1 if _algorithm.split_with_rivals(failed[0]) else 0
+                settle = _algorithm.settle_after_notice(failed[1], splits, session.retry_delay)
                 yield PAUSE, (delay, notices, channel, settle, seen)
 
     def _fenced_rounds(self, token: bytes, start: int) -> Steps:
