@@ -677,6 +677,9 @@ class PermitBase(LockBase):
         """Which of the semaphore's permits this is (0 .. permits - 1)."""
         return self._index
 
+    def _wake_channel(self) -> bytes:
+        return _scripts.released_channel(self._name_key)  # (the semaphore's: see RELEASE)
+
 
 # How many permits one attempt asks each master for (the first free of them is taken): a few, in
 # a random order, so that acquirers running at the same time rarely meet on the same permit.
@@ -713,7 +716,7 @@ def acquire_permit_steps(
     ttl_text = str(ttl_ms).encode()
     retrying = None
     notices = template._notices
-    channel = None if notices is None else _scripts.released_channel(template._name_key)
+    channel = None if notices is None else template._wake_channel()
     while True:
         seen = 0 if notices is None else notices.heard.get(channel, 0)
         free = [i for i in range(n_permits) if not _held_through(live, i)]

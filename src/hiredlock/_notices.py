@@ -105,12 +105,12 @@ class Subscriber:
 
     def open(self, now: float) -> bool:
         """Starts connecting; False when the master has no address yet (looked up meanwhile)."""
-        address = direct_address(self.spec) if self.place is None else None
-        if self.place is not None:
-            found = _resolver.lookup_many([self.place], 0.0)[0]
-            if isinstance(found, str):
-                return False
-            address = found
+        if self.place is None:
+            address = direct_address(self.spec)
+        else:
+            address = _resolver.lookup_many([self.place], 0.0)[0]
+            if isinstance(address, str):
+                return False  # (no address yet: the lookup goes on in the background)
         self.sock, connected = start_connect(self.spec, address)
         self._host = address.host if address is not None else None
         self._reader = Reader()

@@ -39,7 +39,6 @@ class _SideBase(LockBase):
     _acquire_script: _scripts.Script
     _release_script: _scripts.Script
     _extend_script: _scripts.Script
-    _kind = "RWLock side"
     _key_index = 0  # which of the name's keys is this side's own (its `key`)
 
     def __init__(self, client: Any, name: str | bytes, ttl: Duration, **options: Any) -> None:
@@ -104,21 +103,17 @@ class RWLockBase:
     """A read-write lock's name and options; read() and write() make its lock objects (one per
     holder, as lock() does). Made by a client's rwlock(); no I/O happens here."""
 
-    def __init__(
-        self,
-        client: Any,
-        name: str | bytes,
-        ttl: Duration,
-        read_class: Callable[..., Any],
-        write_class: Callable[..., Any],
-        options: dict,
-    ) -> None:
+    # the API's lock classes of each side (ReadLock and WriteLock, or their asyncio twins)
+    _read_class: Callable[..., Any]
+    _write_class: Callable[..., Any]
+
+    def __init__(self, client: Any, name: str | bytes, ttl: Duration, **options: Any) -> None:
         lock_name(name)
         if options.get("fencing", False) is not False:
             raise ValueError("fencing is not supported for read-write locks")
         self._name = name
-        self._make_read = lambda: read_class(client, name, ttl, **options)
-        self._make_write = lambda: write_class(client, name, ttl, **options)
+        self._make_read = lambda: self._read_class(client, name, ttl, **options)
+        self._make_write = lambda: self._write_class(client, name, ttl, **options)
         self._make_read()  # the options are checked now, before any I/O
 
     @property

@@ -16,17 +16,13 @@ MAX_PERMITS = 1000
 
 class SemaphoreBase:
     """A counting semaphore over the masters: at most `permits` holders of `name` at a time,
-    across every client. Made by a client's semaphore(); no I/O happens here."""
+    across every client. Made by a client's semaphore(); no I/O happens here. The options are
+    lock()'s, for each permit (blocking_timeout bounds `with`, as a lock's)."""
+
+    _permit_class: Callable[..., Any]  # the API's permit class (Permit, AsyncPermit)
 
     def __init__(
-        self,
-        client: Any,
-        name: str | bytes,
-        permits: int,
-        ttl: Duration,
-        make_permit: Callable[..., Any],
-        blocking_timeout: Optional[Duration],
-        options: dict,
+        self, client: Any, name: str | bytes, permits: int, ttl: Duration, **options: Any
     ) -> None:
         lock_name(name)  # a bad name is refused as lock() refuses it
         if non_negative_int(permits, "permits") < 1 or permits > MAX_PERMITS:
@@ -40,9 +36,7 @@ class SemaphoreBase:
         self._pin: list = [None]  # the rounds of this semaphore and of its permits (see LockBase)
 
         def make(index: int) -> Any:
-            permit = make_permit(
-                client, name, index, ttl, blocking_timeout=blocking_timeout, **options
-            )
+            permit = self._permit_class(client, name, index, ttl, **options)
             share_pin([permit], self._pin)
             return permit
 

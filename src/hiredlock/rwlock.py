@@ -3,9 +3,6 @@ hold); its read and write locks have the Lock API."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from ._config import Duration
 from ._rwlocks import ReaderBase, RWLockBase, WriterBase
 from .lock import Lock
 
@@ -30,8 +27,8 @@ class RWLock(RWLockBase):
     """A read-write lock made by Redlock.rwlock(): read() and write() make a new lock object
     for one holder each (`with rw.read():`, `with rw.write():`)."""
 
-    def __init__(self, client: Any, name: str | bytes, ttl: Duration, **options: Any) -> None:
-        super().__init__(client, name, ttl, ReadLock, WriteLock, options)
+    _read_class = ReadLock
+    _write_class = WriteLock
 
     def read(self) -> ReadLock:
         return self._make_read()

@@ -35,17 +35,7 @@ class Semaphore(SemaphoreBase):
     object may be shared by threads: each `with` releases the permit its own thread took.
     """
 
-    def __init__(
-        self,
-        client: Any,
-        name: str | bytes,
-        permits: int,
-        ttl: Duration,
-        *,
-        blocking_timeout: Optional[Duration] = None,
-        **options: Any,
-    ) -> None:
-        super().__init__(client, name, permits, ttl, Permit, blocking_timeout, options)
+    _permit_class = Permit
 
     def acquire(
         self, blocking: bool = True, timeout: Optional[Duration] = None

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from .._config import Duration
 from .._rwlocks import ReaderBase, RWLockBase, WriterBase
 from ._lock import AsyncLock
 
@@ -25,8 +22,8 @@ class AsyncRWLock(RWLockBase):
     """A read-write lock made by AsyncRedlock.rwlock(): read() and write() make a new lock
     object for one holder each (`async with rw.read():`, `async with rw.write():`)."""
 
-    def __init__(self, client: Any, name: str | bytes, ttl: Duration, **options: Any) -> None:
-        super().__init__(client, name, ttl, AsyncReadLock, AsyncWriteLock, options)
+    _read_class = AsyncReadLock
+    _write_class = AsyncWriteLock
 
     def read(self) -> AsyncReadLock:
         return self._make_read()

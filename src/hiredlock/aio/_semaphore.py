@@ -29,22 +29,12 @@ class AsyncSemaphore(SemaphoreBase):
     each `async with` releases the permit its own task took. Cancelling acquire() leaves no
     key behind (as AsyncLock.acquire)."""
 
-    def __init__(
-        self,
-        client: Any,
-        name: str | bytes,
-        permits: int,
-        ttl: Duration,
-        *,
-        blocking_timeout: Optional[Duration] = None,
-        **options: Any,
-    ) -> None:
-        super().__init__(client, name, permits, ttl, AsyncPermit, blocking_timeout, options)
+    _permit_class = AsyncPermit
 
     async def acquire(
         self, blocking: bool = True, timeout: Optional[Duration] = None
     ) -> Optional[AsyncPermit]:
-        """As Semaphore.acquire; waits between attempts with asyncio.sleep."""
+        """As Semaphore.acquire; waits between attempts on the event loop."""
         permit, votes = await self._session.rounds.run(self._acquire_steps(blocking, timeout))
         if permit is None:
             self._refused(votes)
