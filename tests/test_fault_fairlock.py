@@ -36,9 +36,13 @@ import threading
 import time
 
 import pytest
-from faults.masters import TIER1_FAULTS
+from faults.kinds import (
+    KIND_FAULTS,
+    both_apis,  # noqa: F401  (the fault_api fixture: sync and async)
+    fault_id,
+    minority_scenario,
+)
 from faults.oracles import Request, RequestGate, leak_scan, order_inversions, order_report
-from faults.scenario import Scenario
 from support import urls, wait_until
 
 from hiredlock import Outcome
@@ -51,33 +55,14 @@ CONTENDED = 36
 CS_MS = [14.0, 22.0]  # held longer than GAP_MS: the next calls queue behind the holder
 GAP_MS = 15.0  # the RequestGate's spacing: >= 10 ms (the guarantee's), plus a thread's delay
 
-FAULTS = [None] + [
-    f
-    for f in TIER1_FAULTS
-    if f.kind in ("kill", "sigstop", "drop_replies", "latency", "blackhole", "reset")
-]
-
-
-@pytest.fixture(params=["sync", "async"])
-def fault_api(request) -> str:
-    """Every scenario here on both APIs (faults.plugin's fixture, parametrised)."""
-    return request.param
-
 
 def fair_scenario(title, engine, lab, fault=None):
-    return Scenario(
-        title,
-        engine,
-        lab,
-        fault=fault,
-        faulted=[0, 1] if fault is not None else [],
-        kind="fair",
-        contenders=CONTENDERS,
-        gap_ms=GAP_MS,
+    return minority_scenario(
+        "fair", title, engine, lab, fault, contenders=CONTENDERS, gap_ms=GAP_MS
     )
 
 
-@pytest.mark.parametrize("fault", FAULTS, ids=lambda f: f.kind if f else "none")
+@pytest.mark.parametrize("fault", KIND_FAULTS, ids=fault_id)
 def test_fair_minority_fault(engine, lab, fault):
     title = f"fair minority {fault} on 2/5" if fault else "fair fault-free"
     scn = fair_scenario(title, engine, lab, fault)

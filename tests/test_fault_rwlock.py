@@ -27,9 +27,13 @@ from __future__ import annotations
 import time
 
 import pytest
-from faults.masters import TIER1_FAULTS
+from faults.kinds import (
+    KIND_FAULTS,
+    both_apis,  # noqa: F401  (the fault_api fixture: sync and async)
+    fault_id,
+    minority_scenario,
+)
 from faults.oracles import Interval, RWJudge, leak_scan, rw_interval_violations
-from faults.scenario import Scenario
 
 pytest_plugins = ["faults.plugin"]
 
@@ -38,33 +42,14 @@ CONTENDERS = 6  # threads (tasks) over the 4 worker processes: 2, 2, 1, 1 (2 wri
 UNCONTENDED = 30
 CONTENDED = 120
 
-FAULTS = [None] + [
-    f
-    for f in TIER1_FAULTS
-    if f.kind in ("kill", "sigstop", "drop_replies", "latency", "blackhole", "reset")
-]
-
-
-@pytest.fixture(params=["sync", "async"])
-def fault_api(request) -> str:
-    """Every scenario here on both APIs (faults.plugin's fixture, parametrised)."""
-    return request.param
-
 
 def rwlock_scenario(title, engine, lab, fault=None):
-    return Scenario(
-        title,
-        engine,
-        lab,
-        fault=fault,
-        faulted=[0, 1] if fault is not None else [],
-        kind="rwlock",
-        roles=ROLES,
-        contenders=CONTENDERS,
+    return minority_scenario(
+        "rwlock", title, engine, lab, fault, roles=ROLES, contenders=CONTENDERS
     )
 
 
-@pytest.mark.parametrize("fault", FAULTS, ids=lambda f: f.kind if f else "none")
+@pytest.mark.parametrize("fault", KIND_FAULTS, ids=fault_id)
 def test_rwlock_minority_fault(engine, lab, fault):
     title = f"rwlock minority {fault} on 2/5" if fault else "rwlock fault-free"
     scn = rwlock_scenario(title, engine, lab, fault)

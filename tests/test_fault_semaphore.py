@@ -23,9 +23,13 @@ import re
 import time
 
 import pytest
-from faults.masters import TIER1_FAULTS
+from faults.kinds import (
+    KIND_FAULTS,
+    both_apis,  # noqa: F401  (the fault_api fixture: sync and async)
+    fault_id,
+    minority_scenario,
+)
 from faults.oracles import leak_scan
-from faults.scenario import Scenario
 
 pytest_plugins = ["faults.plugin"]
 
@@ -34,34 +38,14 @@ CONTENDERS = 6  # threads (tasks) over the 4 worker processes: 2, 2, 1, 1
 UNCONTENDED = 30
 CONTENDED = 120
 
-FAULTS = [None] + [
-    f
-    for f in TIER1_FAULTS
-    if f.kind in ("kill", "sigstop", "drop_replies", "latency", "blackhole", "reset")
-]
-
-
-@pytest.fixture(params=["sync", "async"])
-def fault_api(request) -> str:
-    """Every scenario here on both APIs (faults.plugin's fixture, parametrised)."""
-    return request.param
-
 
 def semaphore_scenario(title, engine, lab, fault=None, permits=PERMITS, limit=PERMITS):
-    return Scenario(
-        title,
-        engine,
-        lab,
-        fault=fault,
-        faulted=[0, 1] if fault is not None else [],
-        kind="semaphore",
-        permits=permits,
-        limit=limit,
-        contenders=CONTENDERS,
+    return minority_scenario(
+        "semaphore", title, engine, lab, fault, permits=permits, limit=limit, contenders=CONTENDERS
     )
 
 
-@pytest.mark.parametrize("fault", FAULTS, ids=lambda f: f.kind if f else "none")
+@pytest.mark.parametrize("fault", KIND_FAULTS, ids=fault_id)
 def test_semaphore_minority_fault(engine, lab, fault):
     title = f"semaphore minority {fault} on 2/5" if fault else "semaphore fault-free"
     scn = semaphore_scenario(title, engine, lab, fault)
