@@ -354,6 +354,61 @@ def test_readers_that_waited_go_before_the_next_writer(api, make_redlock, master
     assert_readers(masters5, key, [])
 
 
+# -- 3b. a failed attempt undoes itself -----------------------------------------------------------
+#
+# An attempt that got some masters but no quorum takes back only what it put there, and marks
+# itself waiting on every master it reached: it neither opens nor ends a readers' pass. Under a
+# stopped minority (every live master needed), a pass that failed attempts open and close on
+# the subsets of masters they happened to reach keeps readers and writers splitting the masters
+# for seconds.
+
+
+def set_on(servers, key: bytes, value: bytes = b"1", px: int = 60_000) -> None:
+    for s in servers:
+        s.admin().set(key, value, px=px)
+
+
+def live_reader_on(servers, name: str, token: bytes) -> None:
+    """A reader `token` inside on each of `servers`, for a minute by the master's clock."""
+    for s in servers:
+        s.admin().zadd(rkey(name), {token: master_now_ms(s) + 60_000})
+        s.admin().pexpire(rkey(name), 60_000)
+
+
+def test_failed_writer_opens_no_readers_pass(api, make_redlock, masters5, key):
+    """Readers wait on masters 0 and 1, a reader is inside on 2, 3 and 4: a writer gets 0 and 1
+    only. Its unlock takes its key back and leaves it waiting there too; it gives the waiting
+    readers no pass (only a writer that held the lock does, on its release)."""
+    (a,) = clients(make_redlock, masters5, 1)
+    set_on(masters5[:2], mark_key(b"rw:", key))
+    live_reader_on(masters5[2:], key, b"inside")
+    writer = rwlock(a, key, 30).write()
+    assert writer.acquire(blocking=False) is False
+    assert [v.outcome for v in writer.last_votes].count(Outcome.TAKEN) == 3, writer.last_votes
+    assert_no_key(masters5, wkey(key), "after the failed writer")
+    assert not any(s.admin().exists(mark_key(b"rp:", key)) for s in masters5), (
+        "a writer that never held the lock opened a readers' pass"
+    )
+    assert on_all(masters5[:2], mark_key(b"rw:", key)), "the readers' waiting mark was spent"
+    assert on_all(masters5, mark_key(b"ww:", key)), "the failed writer is not waiting everywhere"
+
+
+def test_failed_reader_keeps_the_readers_pass(api, make_redlock, masters5, key):
+    """A writer waits on every master; the readers' pass is open on masters 0 and 1 only: a
+    reader gets 0 and 1. Its unlock takes its entry back but leaves the pass (cut to its grace
+    by the reader's entry) for the other readers woken with it, and marks it waiting on every
+    master (the next writer's release gives it a pass wherever it was refused or went in)."""
+    (a,) = clients(make_redlock, masters5, 1)
+    set_on(masters5, mark_key(b"ww:", key), b"writer")
+    set_on(masters5[:2], mark_key(b"rp:", key))
+    reader = rwlock(a, key, 30).read()
+    assert reader.acquire(blocking=False) is False
+    assert [v.outcome for v in reader.last_votes].count(Outcome.TAKEN) == 3, reader.last_votes
+    assert_readers(masters5, key, [], "after the failed reader")
+    assert on_all(masters5[:2], mark_key(b"rp:", key)), "a failed reader ended the readers' pass"
+    assert on_all(masters5, mark_key(b"rw:", key)), "the failed reader is not waiting everywhere"
+
+
 # -- 4. each holder expires on its own -------------------------------------------------------------
 
 

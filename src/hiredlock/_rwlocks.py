@@ -12,7 +12,9 @@ masters (for the waiting window, renewed by each attempt), and new readers are r
 writer waits, so a stream of readers cannot starve it. Readers are not starved by writers: the
 readers refused for a writer mark themselves waiting, and that writer's release gives them a pass
 (for the waiting window, cut short once the first of them entered, and over when the last reader
-leaves) during which readers may enter and the next writer may not.
+leaves) during which readers may enter and the next writer may not. A failed attempt's unlock
+is an undo (READ_UNDO, WRITE_UNDO): it takes back the attempt's own entry or key and marks the
+waiter on every master, never opening or ending a pass.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class _SideBase(LockBase):
     __slots__ = ("_args", "_keys")
     _acquire_script: _scripts.Script
     _release_script: _scripts.Script
+    _undo_script: _scripts.Script
     _extend_script: _scripts.Script
     _key_index = 0  # which of the name's keys is this side's own (its `key`)
 
@@ -63,8 +66,11 @@ class _SideBase(LockBase):
         return self._request(self._release_script, token, True)
 
     def _unlock_request(self, token: bytes, kind: int, expiry: bool = False) -> Request:
-        return self._request(
-            self._release_script, token, True, honour_backoff=kind == SCRIPT, kind=kind
+        # (kind SCRIPT: after a failed attempt, which tries again if it may; CLEANUP: abandoned)
+        retries = kind == SCRIPT
+        argv = (*self._keys, token, *self._args, b"1" if retries else b"0")
+        return script(
+            self._undo_script, 5, (argv,), self._timeout_ms, True, honour_backoff=retries, kind=kind
         )
 
     def _free_in(self, unlocked: RoundResult) -> Optional[float]:
@@ -86,6 +92,7 @@ class ReaderBase(_SideBase):
     _key_index = 1
     _acquire_script = _scripts.READ_ACQUIRE
     _release_script = _scripts.READ_RELEASE
+    _undo_script = _scripts.READ_UNDO
     _extend_script = _scripts.READ_EXTEND
 
 
@@ -96,6 +103,7 @@ class WriterBase(_SideBase):
     _kind = "WriteLock"
     _acquire_script = _scripts.WRITE_ACQUIRE
     _release_script = _scripts.WRITE_RELEASE
+    _undo_script = _scripts.WRITE_UNDO
     _extend_script = _scripts.EXTEND
 
 

@@ -200,6 +200,30 @@ READ_RELEASE = _script(
     "return 1"
 )
 
+# The unlock after a failed attempt (ARGV[5] = "1": it will try again) or an abandoned one ("0")
+# takes back only what the attempt put there: it neither opens nor ends a readers' pass (only a
+# writer that held the lock opens one, only the last reader inside ends it). An attempt that will
+# try again marks itself waiting here too, as the masters that refused it did, so that every
+# master it reached sees the same waiters; an abandoned writer takes its waiting mark back.
+# Under a stopped minority every live master is needed, and marks and passes that differ from
+# master to master would keep readers and writers splitting them.
+WRITE_UNDO = _script(
+    "local ours = redis.call('get', KEYS[1]) == ARGV[1] "
+    "if ours then redis.call('del', KEYS[1]) end "
+    "if ARGV[5] == '1' then redis.call('set', KEYS[3], ARGV[1], 'px', ARGV[3]) "
+    "elseif redis.call('get', KEYS[3]) == ARGV[1] then redis.call('del', KEYS[3]) end "
+    "if ours then " + _ANNOUNCE + "return 1 end return 0"
+)
+
+READ_UNDO = _script(
+    _NOW + "redis.call('zremrangebyscore', KEYS[2], '-inf', now) "
+    "local ours = redis.call('zrem', KEYS[2], ARGV[1]) == 1 "
+    "if ARGV[5] == '1' then redis.call('set', KEYS[4], '1', 'px', ARGV[3]) end "
+    "if not ours then return 0 end "
+    "if redis.call('exists', KEYS[2]) == 0 then " + _ANNOUNCE + "end "
+    "return 1"
+)
+
 # (A writer's extend is EXTEND's, on KEYS[1].) A reader's extend: a live reader gets a new
 # expiry (an expired one is not revived).
 READ_EXTEND = _script(
