@@ -200,11 +200,12 @@ READ_RELEASE = _script(
     "return 1"
 )
 
-# The unlock after a failed attempt (ARGV[5] = "1": it will try again) or an abandoned one ("0")
-# takes back only what the attempt put there: it neither opens nor ends a readers' pass (only a
-# writer that held the lock opens one, only the last reader inside ends it). An attempt that will
-# try again marks itself waiting here too, as the masters that refused it did, so that every
-# master it reached sees the same waiters; an abandoned writer takes its waiting mark back.
+# The unlock after a failed attempt (ARGV[5] = "1") or an abandoned one ("0": an exception
+# interrupted it) takes back only what the attempt put there: it neither opens nor ends a readers'
+# pass (only a writer that held the lock opens one, only the last reader inside ends it). A failed
+# attempt marks its waiter here too, as the masters that refused it did, so that every master it
+# reached sees the same waiters (the marks of a caller that gives up expire within the window, as
+# a refusal's do); an abandoned writer takes its waiting mark back.
 # Under a stopped minority every live master is needed, and marks and passes that differ from
 # master to master would keep readers and writers splitting them.
 WRITE_UNDO = _script(
