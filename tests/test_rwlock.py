@@ -34,6 +34,7 @@ from support import (
     TOKEN_RE,
     assert_no_key,
     open_connections,
+    set_foreign,
     urls,
     wait_until,
 )
@@ -363,11 +364,6 @@ def test_readers_that_waited_go_before_the_next_writer(api, make_redlock, master
 # for seconds.
 
 
-def set_on(servers, key: bytes, value: bytes = b"1", px: int = 60_000) -> None:
-    for s in servers:
-        s.admin().set(key, value, px=px)
-
-
 def live_reader_on(servers, name: str, token: bytes) -> None:
     """A reader `token` inside on each of `servers`, for a minute by the master's clock."""
     for s in servers:
@@ -380,7 +376,7 @@ def test_failed_writer_opens_no_readers_pass(api, make_redlock, masters5, key):
     only. Its unlock takes its key back and leaves it waiting there too; it gives the waiting
     readers no pass (only a writer that held the lock does, on its release)."""
     (a,) = clients(make_redlock, masters5, 1)
-    set_on(masters5[:2], mark_key(b"rw:", key))
+    set_foreign(masters5[:2], mark_key(b"rw:", key), value=b"1")
     live_reader_on(masters5[2:], key, b"inside")
     writer = rwlock(a, key, 30).write()
     assert writer.acquire(blocking=False) is False
@@ -399,8 +395,8 @@ def test_failed_reader_keeps_the_readers_pass(api, make_redlock, masters5, key):
     by the reader's entry) for the other readers woken with it, and marks it waiting on every
     master (the next writer's release gives it a pass wherever it was refused or went in)."""
     (a,) = clients(make_redlock, masters5, 1)
-    set_on(masters5, mark_key(b"ww:", key), b"writer")
-    set_on(masters5[:2], mark_key(b"rp:", key))
+    set_foreign(masters5, mark_key(b"ww:", key), value=b"writer")
+    set_foreign(masters5[:2], mark_key(b"rp:", key), value=b"1")
     reader = rwlock(a, key, 30).read()
     assert reader.acquire(blocking=False) is False
     assert [v.outcome for v in reader.last_votes].count(Outcome.TAKEN) == 3, reader.last_votes

@@ -53,11 +53,10 @@ class _SideBase(LockBase):
         self._key = self._keys[self._key_index]
 
     def _request(
-        self, chosen: _scripts.Script, token: bytes, wait_all: bool, **how: Any
+        self, chosen: _scripts.Script, token: bytes, wait_all: bool, *extra: bytes, **how: Any
     ) -> Request:
-        return script(
-            chosen, 5, ((*self._keys, token, *self._args),), self._timeout_ms, wait_all, **how
-        )
+        argv = (*self._keys, token, *self._args, *extra)
+        return script(chosen, 5, (argv,), self._timeout_ms, wait_all, **how)
 
     def _acquire_request(self, token: bytes) -> Request:
         return self._request(self._acquire_script, token, False, honour_backoff=True)
@@ -68,9 +67,9 @@ class _SideBase(LockBase):
     def _unlock_request(self, token: bytes, kind: int, expiry: bool = False) -> Request:
         # (kind SCRIPT: after a failed attempt, which tries again if it may; CLEANUP: abandoned)
         retries = kind == SCRIPT
-        argv = (*self._keys, token, *self._args, b"1" if retries else b"0")
-        return script(
-            self._undo_script, 5, (argv,), self._timeout_ms, True, honour_backoff=retries, kind=kind
+        marks_waiting = b"1" if retries else b"0"
+        return self._request(
+            self._undo_script, token, True, marks_waiting, honour_backoff=retries, kind=kind
         )
 
     def _free_in(self, unlocked: RoundResult) -> Optional[float]:
