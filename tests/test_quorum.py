@@ -16,6 +16,7 @@ from support import (
     open_connections,
     set_foreign,
     urls,
+    values,
     wait_until,
 )
 
@@ -105,13 +106,11 @@ def test_free_after_foreign_expires(engine, make_redlock, masters5, key):
     ours = lock.token.encode()
     # The foreign keys expire one master after the other and a quorum of them gone is enough:
     # the masters that refused us may hold the foreign key for the rest of its own ttl.
-    vals = [m.admin().get(key) for m in masters5]
+    vals = values(masters5, key)
     assert vals.count(ours) >= 3, vals
     assert set(vals) <= {ours, None, FOREIGN}, vals
-    wait_until(
-        lambda: FOREIGN not in [m.admin().get(key) for m in masters5], 2, "the foreign keys' expiry"
-    )
-    vals = [m.admin().get(key) for m in masters5]
+    wait_until(lambda: FOREIGN not in values(masters5, key), 2, "the foreign keys' expiry")
+    vals = values(masters5, key)
     assert vals.count(ours) >= 3, vals
     assert set(vals) <= {ours, None}, vals
     lock.release()
