@@ -47,11 +47,11 @@ class FairBase(LockBase):
         self._order = b""
         self._held_ticket = b""  # the holder's ticket, for its release
 
-    def _acquire_steps(self, blocking: Any, timeout: Optional[Duration]) -> Steps:
+    def _acquire_steps(self, blocking: Any, deadline_ns: Optional[int]) -> Steps:
         """LockBase's acquire, in a place of the queue taken by its first attempt and left
         when the call ends without the lock."""
         try:
-            acquired = yield from LockBase._acquire_steps(self, blocking, timeout)
+            acquired = yield from LockBase._acquire_steps(self, blocking, deadline_ns)
         except BaseException:
             yield from self._leave_steps()
             raise

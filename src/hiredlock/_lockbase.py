@@ -58,6 +58,8 @@ class LockBase:
         "_extensions",
         "_fence",
         "_fencing",
+        "_gate",
+        "_gated",
         "_generation",
         "_key",
         "_last_codes",
@@ -131,6 +133,10 @@ class LockBase:
         self._notices = session.notices if woken else None
         self._channel: Optional[bytes] = None  # _wake_channel(), made on first use
         self._mutex = threading.Lock()
+        # held by the thread or task of this process that holds the lock object (see _gate.py);
+        # _gated: whether it is held (left when the token is let go)
+        self._gate = self._new_gate()
+        self._gated = False
         self._generation = _fork.generation  # the process (see _fork) this state belongs to
         self._token: Optional[bytes] = None
         self._unlocked_token: Optional[bytes] = None  # the last token unlocked after an interrupt
@@ -193,6 +199,10 @@ class LockBase:
     # -- what the API classes provide ------------------------------------------------------------
 
     def _new_lost_event(self) -> Any:
+        raise NotImplementedError
+
+    def _new_gate(self) -> Any:
+        """The local gate: a ThreadGate or an asyncio TaskGate."""
         raise NotImplementedError
 
     def _current_owner(self) -> Any:
@@ -293,6 +303,8 @@ class LockBase:
         if self._generation == _fork.generation:
             return
         self._mutex = threading.Lock()
+        self._gate = self._new_gate()
+        self._gated = False
         self._lost_event = None
         self._token = None
         self._lost = False
@@ -316,16 +328,38 @@ class LockBase:
             self._acquisition += 1
         self._session.held.pop(id(self), None)
 
-    def _acquire_steps(self, blocking: Any, timeout: Optional[Duration]) -> Steps:
-        """Attempts until acquired (True), given up (False) or refused (an exception).
+    # -- the local gate: one thread or task of this process holds the object at a time ---------
 
-        The arguments and this lock's state are checked first, before any request.
+    def _try_gate(self) -> Optional[bool]:
+        """An acquire's first step, in the API class: True when the gate is ours now; None when
+        the caller holds it already (the steps then raise AlreadyAcquired, or take a lock that
+        expired again); False when another thread or task holds it (wait, or give up)."""
+        if self._generation != _fork.generation:
+            self._this_process()
+        gate = self._gate
+        if gate.try_enter():
+            self._gated = True
+            return True
+        return None if gate.mine() else False
+
+    def _leave_gate_unless_held(self) -> None:
+        """After an acquire that ended without the lock: the gate goes to the next waiter."""
+        with self._mutex:
+            if not self._gated or self._token is not None:
+                return
+            self._gated = False
+        self._gate.leave()
+
+    def _acquire_steps(self, blocking: Any, deadline_ns: Optional[int]) -> Steps:
+        """Attempts until acquired (True), given up (False) or refused (an exception), until
+        `deadline_ns` (see acquire_deadline, which checks the arguments before any I/O).
+
+        This lock's state is checked first, before any request.
 
         An attempt that fails unlocks every master. An exception in the middle of one (Ctrl-C,
         a signal handler's exception, a cancelled task, an engine error) must not leave our token
         on the masters for the whole ttl: the unlock is sent first, then it propagates.
         """
-        deadline_ns = acquire_deadline(blocking, timeout, self._blocking_timeout)
         if self._generation != _fork.generation:
             self._this_process()
         if self._token is not None:
@@ -499,7 +533,10 @@ class LockBase:
             self._fence = None
             self._valid_until_ns = 0
             self._acquisition += 1  # renewals of this acquisition are dropped
+            gated, self._gated = self._gated, False
         self._session.held.pop(id(self), None)
+        if gated:
+            self._gate.leave()
         return token, lost
 
     def _released(self, result: RoundResult, lost: bool) -> Optional[LockLost]:

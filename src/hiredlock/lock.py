@@ -10,7 +10,8 @@ from typing import Any, Optional
 from . import _fork
 from ._config import Duration
 from ._errors import HiredlockError, LockLost, LockNotAcquired, NotHeld
-from ._lockbase import LockBase
+from ._gate import ThreadGate
+from ._lockbase import LockBase, acquire_deadline
 from ._steps import run
 from ._tokens import new_token
 
@@ -50,7 +51,7 @@ class WithStatement:
 
 
 class Lock(WithStatement, LockBase):
-    """A Redlock lock on one name. Made by Redlock.lock(); one thread at a time uses it.
+    """A Redlock lock on one name. Made by Redlock.lock(); held by one thread at a time.
 
     The watchdog (auto_renew) and the owner may touch it concurrently; a private mutex orders
     their state changes, and a renewal that crosses a release never revives the lock.
@@ -74,17 +75,31 @@ class Lock(WithStatement, LockBase):
         once when blocking=False), MasterConfigError at once when too many masters refused us for
         a wrong password or missing permissions, and AlreadyAcquired when this Lock object holds
         the lock already. A lock that expired or was lost can be acquired again.
+
+        A Lock object shared by the threads of a process is held by one of them at a time, as a
+        threading.Lock is: another thread's acquire() waits for its release (within the same
+        deadline), or returns False at once with blocking=False.
         """
+        deadline_ns = acquire_deadline(blocking, timeout, self._blocking_timeout)
+        gate = self._try_gate()
+        if gate is False and not (blocking and self._gate.enter(deadline_ns)):
+            return False  # another thread of this process held the lock object throughout
+        if gate is not None:
+            self._gated = True
         before = self._acquisition
         try:
-            return run(self._acquire_steps(blocking, timeout), self._rounds, self._pin)
+            acquired = run(self._acquire_steps(blocking, deadline_ns), self._rounds, self._pin)
         except BaseException:
             # An interrupt that came once the steps were over (the signal handler runs when the
             # driver, a call into C, returns here): the lock they took is given back.
             token = self._token
             if token is not None and self._acquisition != before and self._unlocked_token != token:
                 run(self._unlock_steps(token), self._rounds, self._pin)
+            self._leave_gate_unless_held()
             raise
+        if not acquired:
+            self._leave_gate_unless_held()
+        return acquired
 
     def release(self) -> None:
         """Unlocks every master. Raises LockLost if fewer than a quorum still held our token.
@@ -119,6 +134,9 @@ class Lock(WithStatement, LockBase):
 
     def _new_lost_event(self) -> threading.Event:
         return threading.Event()
+
+    def _new_gate(self) -> ThreadGate:
+        return ThreadGate()
 
     def _current_owner(self) -> threading.Thread:
         return threading.current_thread()

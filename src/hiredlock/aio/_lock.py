@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
 import time
@@ -12,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Optional
 from .. import _config
 from .._config import Duration
 from .._errors import HiredlockError, LockNotAcquired, NotHeld
-from .._lockbase import LockBase
+from .._lockbase import LockBase, acquire_deadline
+from ._gate import TaskGate
 
 if TYPE_CHECKING:
     from ._redlock import AsyncRedlock
@@ -46,8 +46,8 @@ class AsyncWithStatement:
 
 
 class AsyncLock(AsyncWithStatement, LockBase):
-    """A Redlock lock on one name, for asyncio. Made by AsyncRedlock.lock(); one task at a time
-    uses it. `async with lock:` acquires within blocking_timeout or raises LockNotAcquired (the
+    """A Redlock lock on one name, for asyncio. Made by AsyncRedlock.lock(); held by one task at a
+    time. `async with lock:` acquires within blocking_timeout or raises LockNotAcquired (the
     body never runs unlocked), and releases on exit.
 
     Cancelling acquire() (task.cancel(), asyncio.timeout) never leaves a key behind: the unlock
@@ -66,8 +66,25 @@ class AsyncLock(AsyncWithStatement, LockBase):
     async def acquire(self, blocking: bool = True, timeout: Optional[Duration] = None) -> bool:
         """As Lock.acquire: True once held by a valid quorum; False when it stayed taken until
         the deadline (or at once with blocking=False); QuorumUnreachable, MasterConfigError and
-        AlreadyAcquired as there. Waits between attempts with asyncio.sleep."""
-        return await self._rounds.run(self._acquire_steps(blocking, timeout))
+        AlreadyAcquired as there. Waits between attempts with asyncio.sleep.
+
+        An AsyncLock shared by tasks is held by one of them at a time, as an asyncio.Lock is:
+        another task's acquire() waits for its release (in the order they came, within the same
+        deadline), or returns False at once with blocking=False."""
+        deadline_ns = acquire_deadline(blocking, timeout, self._blocking_timeout)
+        gate = self._try_gate()
+        if gate is False and not (blocking and await self._gate.enter(deadline_ns)):
+            return False  # another task held the lock object throughout
+        if gate is not None:
+            self._gated = True
+        try:
+            acquired = await self._rounds.run(self._acquire_steps(blocking, deadline_ns))
+        except BaseException:
+            self._leave_gate_unless_held()
+            raise
+        if not acquired:
+            self._leave_gate_unless_held()
+        return acquired
 
     async def release(self) -> None:
         """Unlocks every master. Raises LockLost if fewer than a quorum still held our token."""
@@ -83,6 +100,9 @@ class AsyncLock(AsyncWithStatement, LockBase):
 
     def _new_lost_event(self) -> asyncio.Event:
         return asyncio.Event()
+
+    def _new_gate(self) -> TaskGate:
+        return TaskGate()
 
     def _current_owner(self) -> Optional[asyncio.Task]:
         return asyncio.current_task()
@@ -122,11 +142,9 @@ class AsyncRLock(AsyncWithStatement):
         self._make_lock()  # checks the arguments now, before any I/O
         self._name = name
         self._blocking_timeout = options.get("blocking_timeout")
-        # The local gate: while some task of this process owns the lock, the others wait for
-        # `_free` here, with no network traffic. (An Event, not an asyncio.Lock: waiting for it
-        # under a timeout has no side effect to undo when the timeout and the release cross.)
-        self._free: Optional[asyncio.Event] = None
-        self._gate_held = False
+        # The local gate: while some task of this process owns the lock, the others wait for it
+        # here, with no network traffic.
+        self._gate = TaskGate()
         self._owner: Optional[asyncio.Task] = None
         self._count = 0
         self._lock: Optional[AsyncLock] = None
@@ -168,8 +186,13 @@ class AsyncRLock(AsyncWithStatement):
             timeout = self._blocking_timeout
         wait_s = None if timeout is None else _config.non_negative_seconds(timeout, "timeout")
         start = time.monotonic()
-        if not await self._enter_gate(blocking, wait_s):
-            return False
+        gate = self._gate
+        if not gate.try_enter():
+            if not blocking:
+                return False
+            deadline_ns = None if wait_s is None else time.monotonic_ns() + int(wait_s * 1e9)
+            if not await gate.enter(deadline_ns):
+                return False
         try:
             lock = self._make_lock()
             remaining = None if wait_s is None else max(0.0, wait_s - (time.monotonic() - start))
@@ -177,10 +200,10 @@ class AsyncRLock(AsyncWithStatement):
                 await lock.acquire(True, remaining) if blocking else await lock.acquire(False)
             )
         except BaseException:
-            self._leave_gate()
+            gate.leave()
             raise
         if not acquired:
-            self._leave_gate()
+            gate.leave()
             self._last_votes = lock.last_votes
             return False
         self._lock = lock
@@ -200,35 +223,7 @@ class AsyncRLock(AsyncWithStatement):
             assert lock is not None
             await lock.release()
         finally:
-            self._leave_gate()
-
-    async def _enter_gate(self, blocking: bool, wait_s: Optional[float]) -> bool:
-        """Waits until no other task of this process owns the lock (at most wait_s), then takes
-        the gate; False when it stayed held."""
-        loop = asyncio.get_running_loop()
-        deadline = None if wait_s is None else loop.time() + wait_s
-        while self._gate_held:
-            if not blocking:
-                return False
-            if self._free is None:
-                self._free = asyncio.Event()
-            if deadline is None:
-                await self._free.wait()
-                continue
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return False
-            with contextlib.suppress(asyncio.TimeoutError):  # the loop tells if it was freed
-                await asyncio.wait_for(self._free.wait(), remaining)
-        self._gate_held = True
-        if self._free is not None:
-            self._free.clear()
-        return True
-
-    def _leave_gate(self) -> None:
-        self._gate_held = False
-        if self._free is not None:
-            self._free.set()
+            self._gate.leave()
 
     async def extend(self, ttl: Optional[Duration] = None) -> None:
         if self._owner is not asyncio.current_task() or self._lock is None:
