@@ -395,7 +395,13 @@ class LockBase:
                 yield from self._unlock_steps(token)
                 raise
             # (with notices: and learn when the holder's keys expire)
-            unlocked = (yield self._unlock_request(token, SCRIPT, notices is not None))[0]
+            try:
+                unlocked = (yield self._unlock_request(token, SCRIPT, notices is not None))[0]
+            except BaseException:
+                # interrupted before it went out, or while it ran: it goes out again, as a
+                # clean-up, whatever happens to the caller
+                yield from self._unlock_steps(token)
+                raise
             self._refused(failed)
             session = self._session
             if retrying is None:

@@ -169,6 +169,7 @@ class AsyncRedlock(ClientBase):
             ):
                 if isinstance(outcome, Exception):
                     _log.warning("hiredlock: releasing %r on close failed: %s", lock.name, outcome)
+        await rounds.flush()
         rounds.close()
 
     async def __aenter__(self) -> AsyncRedlock:

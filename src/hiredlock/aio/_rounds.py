@@ -28,7 +28,7 @@ import functools
 import logging
 from typing import Any, Optional
 
-from .. import _scripts
+from .. import _batches, _scripts
 from .._aio_driver import start
 from .._errors import HiredlockError
 from .._session import Session
@@ -239,6 +239,19 @@ class AsyncRounds:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def flush(self) -> None:
+        """Before the connections close: when commands of ended rounds are still unwritten or
+        unanswered (a slow or stopped master), one more round (a script that does nothing,
+        bounded by the master timeout) writes them and reads what comes back, so that an unlock
+        left behind a master's full socket still reaches it if it answers in that time."""
+        engine = self._engine
+        if engine is None or self._closed or not engine.owes_replies():
+            return
+        try:
+            await self.run(_batches.connect_steps(self._session))
+        except HiredlockError as exc:
+            _log.debug("hiredlock: the last round before closing failed: %s", exc)
 
     def close(self) -> None:
         """Closes the connections (after drain(): no batch is in flight any more)."""
