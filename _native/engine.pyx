@@ -1212,11 +1212,12 @@ cdef class NativeEngine:
             if m.ctx != NULL:
                 # A Sentinel group's master with a connection: if the sentinels name another
                 # master now (a failover), the connection goes and this round opens a new one.
-                if isinstance(answer, str):
-                    continue
-                host = answer.host.encode()
-                if host == self._addresses[i] and answer.port == m.port:
-                    continue
+                # So it does when the cache names none any more (the sentinels have not answered
+                # for the stale lifetime of their last answer): this round's vote is why.
+                if not isinstance(answer, str):
+                    host = answer.host.encode()
+                    if host == self._addresses[i] and answer.port == m.port:
+                        continue
                 drop(m)
             if isinstance(answer, str):
                 text = answer.encode("utf-8", "replace")

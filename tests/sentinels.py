@@ -203,6 +203,27 @@ class SentinelServer:
         )
         return _address(reply)
 
+    def stop(self) -> None:
+        """SIGSTOP: the kernel still accepts connections to it and buffers what they send; it
+        answers nothing (a lookup waits for its timeout)."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        self._wait_state(lambda state: state == "T", "stopped")
+
+    def cont(self) -> None:
+        """SIGCONT."""
+        os.kill(self.proc.pid, signal.SIGCONT)
+        self._wait_state(lambda state: state != "T", "running")
+
+    def _wait_state(self, pred, what: str) -> None:
+        deadline = time.monotonic() + 5
+        while True:
+            state = servers._proc_state(self.proc.pid)
+            if state is not None and pred(state):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"sentinel pid {self.proc.pid} did not become {what} ({state})")
+            time.sleep(0.001)
+
     def kill(self) -> None:
         if self._client is not None:
             with contextlib.suppress(Exception):

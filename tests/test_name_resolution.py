@@ -1,6 +1,7 @@
 """Host names are resolved outside the rounds: a name whose lookup hangs costs a round at most its
 master_timeout, and the master votes CONN_ERROR with the resolver's reason; engines start the
-lookups of their masters' names when they are made."""
+lookups of their masters' names when they are made; a lookup that fails after one that answered
+leaves the last address serving until its stale lifetime ends."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import time
 import uuid
 
 import pytest
-from support import EXTRA_SLACK, urls
+from apis import api_fixture, both_apis, make_redlock_fixture  # noqa: F401
+from support import EXTRA_SLACK, urls, wait_until
 
-from hiredlock import Outcome, QuorumUnreachable
+from hiredlock import Outcome, QuorumUnreachable, _resolver
 from hiredlock._backend import engine_class
 from hiredlock._config import MasterSpec
 
@@ -83,3 +85,73 @@ def test_names_that_resolve_work(engine, make_redlock, masters5, key):
     lock = rl.lock(key, 10)
     assert lock.acquire(blocking=False)
     lock.release()
+
+
+FLAKY_DOMAIN = ".hl-flaky-resolve.test"
+# How long the last address of a name keeps serving while its lookups fail: the documented 5
+# minutes (_resolver.STALE_LIFETIME_S), shortened for these tests.
+STALE_S = 3.0
+
+
+@pytest.fixture
+def flaky_lookups(monkeypatch):
+    """getaddrinfo() of names under FLAKY_DOMAIN answers 127.0.0.1 while the Event it yields is
+    set, and fails (EAI_AGAIN, as a DNS server that does not answer) while it is clear."""
+    up = threading.Event()
+    up.set()
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, *args, **kwargs):
+        if isinstance(host, str) and host.endswith(FLAKY_DOMAIN):
+            if not up.is_set():
+                raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+            host = "127.0.0.1"
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return up
+
+
+def attempt(rl, key):
+    """One non-blocking acquire (released again when it got the lock): (got, [(outcome,
+    detail) of each vote]); a lock keeps the votes of a refused attempt only."""
+    lock = rl.lock(key, 10)
+    try:
+        got = lock.acquire(blocking=False)
+    except QuorumUnreachable as exc:
+        return False, [(vote.outcome, vote.detail) for vote in exc.votes]
+    votes = [(vote.outcome, vote.detail) for vote in lock.last_votes]
+    if got:
+        lock.release()
+    return got, votes
+
+
+@both_apis
+def test_failed_refresh_keeps_the_last_address(
+    engine, api, make_redlock, masters5, key, flaky_lookups, monkeypatch
+):
+    """The name answered, then its lookups fail: a client made then still reaches the master at
+    the last address (the lookups are shared by the process), until that answer's stale
+    lifetime ends; then a new client's master votes CONN_ERROR with the resolver's reason."""
+    monkeypatch.setattr(_resolver, "STALE_LIFETIME_S", STALE_S)
+    host = uuid.uuid4().hex[:12] + FLAKY_DOMAIN
+    port = masters5[0].port
+    url = f"redis://{host}:{port}/0"
+    made_at = time.monotonic()  # the name's first answer came after this
+    assert attempt(make_redlock([url], master_timeout=MASTER_TIMEOUT), key) == (True, [])
+    answered_at = time.monotonic()  # ... and before this
+
+    flaky_lookups.clear()
+    _resolver.refresh((host, port))  # (what an engine does when a master fails it)
+    wait_until(lambda: _resolver._entries[(host, port)].error, 5, "the failed lookup")
+    during = make_redlock([url], master_timeout=MASTER_TIMEOUT)
+    assert attempt(during, key) == (True, [])
+    assert masters5[0].admin().get(key) is None  # taken on the master, and released
+    assert time.monotonic() < made_at + STALE_S, "too slow for STALE_S"
+
+    # Past the stale lifetime (nothing waits for it but time), the failure is the vote.
+    time.sleep(max(0.0, answered_at + STALE_S - time.monotonic()))
+    got, votes = attempt(make_redlock([url], master_timeout=MASTER_TIMEOUT), key)
+    assert not got, votes
+    ((outcome, detail),) = votes
+    assert outcome == Outcome.CONN_ERROR and f"cannot resolve {host!r}" in detail, votes

@@ -11,6 +11,9 @@ master of a Redlock, wherever the sentinels say it is now.
   sends the library back to the sentinels);
 * a service name no sentinel knows, or no sentinel answering: the group votes CONN_ERROR with the
   reason, at no cost to the rounds;
+* the sentinels stopped while the group's master is up: the master they last named keeps serving,
+  clients made before and during the outage, until the stale lifetime of that answer ends; then
+  the sentinels' failure is the group's vote;
 * bad input is refused (ValueError naming masters[i]) before any I/O.
 """
 
@@ -41,7 +44,8 @@ from support import (
     wait_until,
 )
 
-from hiredlock import Outcome, QuorumUnreachable
+from hiredlock import Outcome, QuorumUnreachable, _resolver
+from hiredlock._sentinel import SENTINEL_TIMEOUT_S
 
 TTL = 10.0
 # Generous for a loaded machine: the first round may wait (this long at most) for the group's
@@ -377,6 +381,86 @@ def test_no_sentinel_answers(engine, api, masters5, make_redlock, key):
     assert state.outcome == Outcome.CONN_ERROR, state
     check_quick(timed(lock.release), "release")
     assert_no_key(plain, key)
+
+
+# -- the sentinels unreachable while the group's master is up ------------------------------------
+
+# How long the master the sentinels last named keeps serving while they do not answer: the
+# documented 5 minutes (_resolver.STALE_LIFETIME_S), shortened for these tests.
+OUTAGE_STALE_S = 8.0
+# A stopped sentinel costs a lookup its timeout: one lookup of the group, all of them.
+STOPPED_LOOKUP_S = 3 * SENTINEL_TIMEOUT_S
+
+
+def resolver_error(place) -> str:
+    """Why the resolver's last lookup of `place` failed ("" when it answered)."""
+    entry = _resolver._entries.get(place)
+    return entry.error if entry is not None else ""
+
+
+def attempt(rl, key):
+    """One non-blocking acquire (released again when it got the lock): (got, [(outcome,
+    detail) of each vote]). A lock keeps the votes of a refused attempt only: a lock taken on one
+    master has [] (its master voted OK)."""
+    lock = rl.lock(key, TTL)
+    try:
+        got = lock.acquire(blocking=False)
+    except QuorumUnreachable as exc:
+        return False, [(vote.outcome, vote.detail) for vote in exc.votes]
+    votes = [(vote.outcome, vote.detail) for vote in lock.last_votes]
+    if got:
+        lock.release()
+    return got, votes
+
+
+@both_apis
+def test_stopped_sentinels_keep_the_last_master(
+    engine, api, fresh_sentinel_group, make_redlock, key, monkeypatch
+):
+    """The sentinels SIGSTOPped (each lookup waits for all of them, then fails), the group's master
+    up: its last known address keeps serving, on a client made before the outage and on one made
+    during it (the lookups are shared by the process), until the answer's stale lifetime ends;
+    then the group votes CONN_ERROR with the sentinels' reasons, on every client."""
+    monkeypatch.setattr(_resolver, "STALE_LIFETIME_S", OUTAGE_STALE_S)
+    group = fresh_sentinel_group
+    master = group.master
+    made_at = time.monotonic()  # the answers that serve below all came after this
+    before = make_redlock([group.url()], master_timeout=MASTER_TIMEOUT)
+    place = before.masters[0].sentinel
+    assert attempt(before, key) == (True, [])
+    for sentinel in group.sentinels:
+        sentinel.stop()
+    try:
+        # Locks keep being taken while the group's master is asked of the sentinels again (every
+        # second while rounds use it), and that lookup fails.
+        bound = 1.0 + 2 * STOPPED_LOOKUP_S + EXTRA_SLACK
+        deadline = time.monotonic() + bound
+        while not resolver_error(place):
+            assert time.monotonic() < deadline, f"no lookup of the group failed in {bound} s"
+            assert attempt(before, key) == (True, [])
+            time.sleep(0.05)
+        failed_at = time.monotonic()  # the last good answer came before this
+        assert resolver_error(place).startswith("sentinel: no master found"), place
+        assert attempt(before, key) == (True, [])
+        during = make_redlock([group.url()], master_timeout=MASTER_TIMEOUT)
+        got, votes = attempt(during, key)
+        assert (got, votes) == (True, []), resolver_error(place)
+        assert master.admin().get(key) is None  # taken on the group's master, and released
+        assert time.monotonic() < made_at + OUTAGE_STALE_S, "too slow for OUTAGE_STALE_S"
+
+        # Past the stale lifetime (nothing waits for it but time), the sentinels' failure is the
+        # group's vote: on the clients connected to the master too.
+        time.sleep(max(0.0, failed_at + OUTAGE_STALE_S - time.monotonic()))
+        after = make_redlock([group.url()], master_timeout=MASTER_TIMEOUT)
+        for rl in (before, during, after):
+            got, votes = attempt(rl, key)
+            assert not got, votes
+            ((outcome, detail),) = votes
+            assert outcome == Outcome.CONN_ERROR, votes
+            assert detail.startswith("sentinel: no master found"), votes
+    finally:
+        for sentinel in group.sentinels:
+            sentinel.cont()
 
 
 # -- bad input, refused before any I/O ------------------------------------------------------------

@@ -1039,8 +1039,10 @@ class PythonEngine:
 
     def _follow_sentinels(self, now: int) -> None:
         """Drops the connection of a Sentinel group's master when the sentinels name another one
-        now (a failover): this round connects to the new one. A cache read (at most every
-        SENTINEL_CHECK_S): _resolver asks the sentinels in the background."""
+        now (a failover): this round connects to the new one. Also when the cache names none any
+        more (the sentinels have not answered for the stale lifetime of their last answer): this
+        round's vote is why. A cache read (at most every SENTINEL_CHECK_S): _resolver asks the
+        sentinels in the background."""
         due = [
             master
             for master in self._masters
@@ -1053,7 +1055,7 @@ class PythonEngine:
         answers = _resolver.lookup_many([master.place for master in due], 0.0)
         for master, answer in zip(due, answers):
             master.check_after = now + _SENTINEL_CHECK_NS
-            if not isinstance(answer, str) and answer != master.address:
+            if isinstance(answer, str) or answer != master.address:
                 master.drop()
 
     def _open(self, master: _Master, rnd: _Round, address: Any) -> None:

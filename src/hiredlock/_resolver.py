@@ -7,8 +7,12 @@ answer) and cannot be cancelled. So no round calls it: each lookup runs in a sho
 thread of its own, at most one per (host, port) at a time, and a round only reads the cache.
 
 - A numeric address (127.0.0.1, ::1) needs no lookup.
-- A good answer is used for ANSWER_LIFETIME_S; after that it is looked up again in the background
-  while the old answer still serves, for at most STALE_LIFETIME_S in all.
+- A good answer is used for ANSWER_LIFETIME_S (a Sentinel group's: SENTINEL_ANSWER_LIFETIME_S);
+  after that it is looked up again in the background while the old answer still serves, for at
+  most STALE_LIFETIME_S after it came. A lookup that fails meanwhile (a DNS server or the sentinels
+  not answering) does not take it away: it serves until then all the same, to every caller (the
+  cache is the process's: a client made during the outage gets it too); past that, the failure
+  is the answer.
 - A failed lookup is remembered for FAILURE_LIFETIME_S, then tried again.
 - A caller waits (at most its `wait_s`) only for the first lookup of a name, and only if no earlier
   caller has waited for it: a resolver that never answers costs the first round that needs the
@@ -32,10 +36,11 @@ from ._sentinel import SentinelGroup, SentinelLookupError
 ANSWER_LIFETIME_S = 30.0
 # A Sentinel group's master is asked again this often while rounds use it: after a failover the
 # old master may stay writable (until the sentinels demote it, seconds later), and rounds must not
-# keep taking locks there.
+# keep taking locks there. (Its answer's stale lifetime is STALE_LIFETIME_S all the same.)
 SENTINEL_ANSWER_LIFETIME_S = 1.0
 # How often the engines compare a connected Sentinel master's address with the cache's.
 SENTINEL_CHECK_S = 0.1
+# How long an answer serves at most, counted from when it came, while the lookups after it fail.
 STALE_LIFETIME_S = 300.0
 FAILURE_LIFETIME_S = 1.0
 
@@ -67,10 +72,10 @@ class _Entry:
     __slots__ = ("answer", "error", "fresh_until", "pending", "usable_until", "waited")
 
     def __init__(self) -> None:
-        self.answer: Optional[Address] = None
-        self.error = ""
+        self.answer: Optional[Address] = None  # the last good answer
+        self.error = ""  # why the last lookup failed ("" when it answered)
         self.fresh_until = 0.0  # past this, a new lookup is started (the answer still serves)
-        self.usable_until = 0.0  # past this, the answer is not used any more
+        self.usable_until = 0.0  # past this, the answer is not used any more (the error is)
         self.pending: Optional[threading.Event] = None  # set when the lookup in flight returns
         self.waited = False  # some caller already waited for the lookup in flight
 
@@ -128,7 +133,8 @@ def _look_up(place: Place, entry: _Entry, done: threading.Event) -> None:
                 )
                 entry.usable_until = now + STALE_LIFETIME_S
             else:
-                entry.answer, entry.error = None, error
+                # (the last good answer, if any, still serves until its usable_until)
+                entry.error = error
                 entry.fresh_until = now + FAILURE_LIFETIME_S
             entry.pending = None
             entry.waited = False

@@ -4,8 +4,10 @@ A master given as a Sentinel group (redis+sentinel://h1:26379,h2:26379/service/d
 `sentinels` and `service_name`, or a redis-py client from Sentinel.master_for()) has no fixed
 address. _resolver keeps its current one the way it keeps a host name's: asked in the background
 (SentinelGroup.find_master, here), never on a round's clock except for the very first answer, asked
-again every ANSWER_LIFETIME_S, and at once when the engines report that the master failed them (a
-broken connection, or READONLY: it is a replica now).
+again every SENTINEL_ANSWER_LIFETIME_S while rounds use it, and at once when the engines report that
+the master failed them (a broken connection, or READONLY: it is a replica now). When no sentinel
+answers, the master they last named serves until STALE_LIFETIME_S after their last answer; past
+that, the engines close its connections and the group votes CONN_ERROR with their reasons.
 
 Each sentinel is asked in turn, over a short blocking connection of its own (in the lookup's
 background thread), with SENTINEL GET-MASTER-ADDR-BY-NAME; the first one that names a master wins.
