@@ -12,6 +12,7 @@ cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.ref cimport PyObject
+from libc.errno cimport errno
 from libc.stdint cimport int64_t, uint8_t, uint32_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.stdio cimport snprintf
@@ -22,6 +23,7 @@ from libhiredis cimport (
     HIREDIS_MINOR,
     HIREDIS_PATCH,
     REDIS_ERR,
+    REDIS_ERR_IO,
     REDIS_REPLY_ERROR,
     REDIS_REPLY_INTEGER,
     REDIS_REPLY_NIL,
@@ -40,7 +42,7 @@ from libhiredis cimport (
     redisReply,
 )
 
-from hiredlock import _poller, _resolver, _scripts, _tls
+from hiredlock import _connect as connecting, _poller, _resolver, _scripts, _tls
 
 
 cdef extern from "hl_platform.h" nogil:
@@ -67,6 +69,7 @@ cdef extern from "hl_platform.h" nogil:
     int hl_on_fork_in_child(void (*child)())
     void hl_set_noinherit(hl_socket fd)
     const char *hl_error_text(int error)
+    int hl_is_reset(int error)
     hl_socket hl_context_fd(redisContext *ctx)  # ctx.fd: redisFD (SOCKET) on Windows
 
 
@@ -109,6 +112,14 @@ cdef int64_t SIGNAL_SLICE_NS = 10 * 1000000
 # How often a round looks whether the sentinels name a new master for a group it is connected to
 # (a cache read: _resolver asks the sentinels in the background).
 cdef int64_t SENTINEL_CHECK_NS = <int64_t>(_resolver.SENTINEL_CHECK_S * 1e9)
+# What a vote says when a connection did not start: the Python package's texts (_connect.py), the
+# same on both engines.
+cdef bytes _CONNECT_TIMED_OUT = connecting.CONNECT_TIMED_OUT.encode()
+cdef bytes _TLS_HANDSHAKE_TIMED_OUT = connecting.TLS_HANDSHAKE_TIMED_OUT.encode()
+cdef bytes _PLAINTEXT_RESET = connecting.PLAINTEXT_RESET.encode()
+cdef const char *CONNECT_TIMED_OUT = _CONNECT_TIMED_OUT
+cdef const char *TLS_HANDSHAKE_TIMED_OUT = _TLS_HANDSHAKE_TIMED_OUT
+cdef const char *PLAINTEXT_RESET = _PLAINTEXT_RESET
 # What fds_wanted() reports, in the event loop's terms (hiredlock._poller's).
 cdef int EVENT_IN = _poller.POLLIN
 cdef int EVENT_OUT = _poller.POLLOUT
@@ -478,6 +489,20 @@ cdef void fail(Master *m, int64_t now) noexcept nogil:
     if m.backoff_ms > BACKOFF_MAX_MS:
         m.backoff_ms = BACKOFF_MAX_MS
     m.down_until = now + <int64_t>m.backoff_ms * 1000000
+
+
+cdef inline const char *connect_timed_out(Master *m) noexcept nogil:
+    """Why a connection still connecting at its deadline failed: a TLS master has its channel
+    once the TCP connect is confirmed, and then it is the handshake that timed out."""
+    return TLS_HANDSHAKE_TIMED_OUT if m.has_channel else CONNECT_TIMED_OUT
+
+
+cdef inline const char *plain_failure(Master *m, const char *text, int error) noexcept nogil:
+    """Why a plaintext connection failed to read or write (libhiredis's or the OS's `text`), or
+    PLAINTEXT_RESET when it was reset (`error`) before any reply came: a TLS port."""
+    if m.received == 0 and m.path == NULL and hl_is_reset(error):
+        return PLAINTEXT_RESET
+    return text
 
 
 cdef inline int connect_events(Master *m) noexcept nogil:
@@ -1131,9 +1156,9 @@ cdef class NativeEngine:
                 self._look_again(i)
                 continue
             if m.state == CONNECTING and now >= m.connect_deadline:
-                self._explain_pending(i, b"connect timed out")
+                self._explain_pending(i, connect_timed_out(m))
                 snprintf(m.last_error, sizeof(m.last_error), b"not retried yet after: %s",
-                         b"connect timed out")
+                         connect_timed_out(m))
                 fail(m, now)
                 continue
             if m.slot_tail > m.slot_head:
@@ -1334,7 +1359,7 @@ cdef class NativeEngine:
     cdef void _prepare(self, int i, Command *cmd, int64_t now, bint honour_backoff) noexcept nogil:
         cdef Master *m = &self.masters[i]
         if m.state == CONNECTING and now >= m.connect_deadline:
-            self._fail_master(i, CONN_ERROR, b"connect timed out", now)
+            self._fail_master(i, CONN_ERROR, connect_timed_out(m), now)
             return
         if m.ctx == NULL:
             if honour_backoff and now < m.down_until and (cmd.kind == KIND_SET or m.unreached):
@@ -1402,8 +1427,10 @@ cdef class NativeEngine:
         cdef Master *m = &self.masters[i]
         cdef size_t total = cmd.item_end[cmd.n_items - 1]
         cdef long sent = hl_send(hl_context_fd(m.ctx), cmd.batch, total)
+        cdef int error
         if sent < 0:
-            self._fail_master(i, CONN_ERROR, hl_error_text(hl_send_error()), now)
+            error = hl_send_error()
+            self._fail_master(i, CONN_ERROR, plain_failure(m, hl_error_text(error), error), now)
         elif <size_t>sent < total:
             if redisAppendFormattedCommand(m.ctx, cmd.batch + sent, total - sent) == REDIS_ERR:
                 self._fail_master(i, CONN_ERROR, b"out of memory", now)
@@ -1575,7 +1602,7 @@ cdef class NativeEngine:
         if m.tls:
             return self._tls_send(i, NULL, 0)
         if redisBufferWrite(m.ctx, &done) == REDIS_ERR:
-            return m.ctx.errstr
+            return plain_failure(m, m.ctx.errstr, errno if m.ctx.err == REDIS_ERR_IO else 0)
         m.want_write = not done
         return NULL
 
@@ -1585,7 +1612,7 @@ cdef class NativeEngine:
         if m.tls:
             return self._tls_read(i)
         if redisBufferRead(m.ctx) == REDIS_ERR:
-            return m.ctx.errstr
+            return plain_failure(m, m.ctx.errstr, errno if m.ctx.err == REDIS_ERR_IO else 0)
         return NULL
 
     cdef const char *_resend(self, int i, Redo *redo) noexcept nogil:

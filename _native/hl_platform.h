@@ -186,6 +186,17 @@ static void hl_set_noinherit(int fd) {
 static const char *hl_error_text(int error) { return strerror(error); }
 #endif
 
+/* Whether an error code (errno, or hl_send_error()'s) says that the peer reset the connection
+ * (or that writes are refused after a reset). */
+#include <errno.h>
+#ifdef _WIN32
+static int hl_is_reset(int error) {
+    return error == ECONNRESET || error == EPIPE || error == WSAECONNRESET;
+}
+#else
+static int hl_is_reset(int error) { return error == ECONNRESET || error == EPIPE; }
+#endif
+
 /* The engine's socket type (SOCKET on Windows, above), and a hiredis context's socket as one:
  * redisContext.fd is a redisFD (SOCKET on Windows) in hiredis 1.x and an int in 0.14. */
 #ifndef _WIN32

@@ -9,6 +9,7 @@ cdef extern from "hiredis/hiredis.h" nogil:
         HIREDIS_PATCH
         REDIS_OK
         REDIS_ERR
+        REDIS_ERR_IO           # redisContext.err: a read or write failed; errno says why
         REDIS_REPLY_STRING
         REDIS_REPLY_ARRAY
         REDIS_REPLY_INTEGER

@@ -519,9 +519,15 @@ def test_tls_failure_of_a_minority(
     assert_no_key(good[1:], holder)  # the failed attempt unlocked the master that said OK
 
 
+# What a vote says when client and master disagree on TLS (the same text on both engines).
+PLAINTEXT_ON_TLS_PORT = "connection reset by peer: is this a TLS port (use rediss://)?"
+HANDSHAKE_TIMED_OUT = "TLS handshake timed out: does the master speak TLS?"
+
+
 def test_plaintext_client_on_a_tls_port(engine, make_redlock, tls_masters5, tls_certs, key):
-    """redis:// to a TLS port (the server closes it: no reply it understands) and rediss:// to a
-    plaintext port (the handshake gets no TLS answer): failed votes, quickly; no key written."""
+    """redis:// to a TLS port (our commands are no handshake: the server resets the connection)
+    and rediss:// to a plaintext port (the server waits for a command line: the handshake is
+    never answered): failed votes, quickly, each saying what is likely wrong; no key written."""
     a, b, c = tls_masters5[:3]
     masters = [
         f"redis://127.0.0.1:{a.tls_port}/0",
@@ -533,8 +539,18 @@ def test_plaintext_client_on_a_tls_port(engine, make_redlock, tls_masters5, tls_
         timed(lambda: rl.lock(key, TTL).acquire(blocking=False))
     assert caught.value.elapsed < FAIL_BOUND
     votes = caught.value.votes
-    assert votes[0].outcome in (Outcome.CONN_ERROR, Outcome.TIMEOUT, Outcome.ERROR), votes
-    assert votes[1].outcome in (Outcome.CONN_ERROR, Outcome.TIMEOUT), votes
+    assert (votes[0].outcome, votes[0].detail) == (Outcome.CONN_ERROR, PLAINTEXT_ON_TLS_PORT), votes
+    assert (votes[1].outcome, votes[1].detail) == (Outcome.TIMEOUT, HANDSHAKE_TIMED_OUT), votes
+    # the next attempt backs off from both, saying why
+    with pytest.raises(QuorumUnreachable) as caught:
+        rl.lock(key, TTL).acquire(blocking=False)
+    votes = caught.value.votes
+    for vote, why in zip(votes, (PLAINTEXT_ON_TLS_PORT, HANDSHAKE_TIMED_OUT)):
+        assert vote.outcome == Outcome.CONN_ERROR, votes
+        assert vote.detail == f"not retried yet after: {why}", votes
+    # inspect connects whatever the backoff: the plaintext client meets the reset again
+    states = rl.inspect(key)
+    assert (states[0].outcome, states[0].detail) == (Outcome.CONN_ERROR, PLAINTEXT_ON_TLS_PORT)
     assert_no_key([a, b, c], key)
 
 
@@ -579,7 +595,7 @@ def test_handshakes_that_never_end_time_out_as_connects(engine, make_redlock, tl
     assert votes[0].outcome in (Outcome.OK, Outcome.SKIPPED), votes
     for vote in votes[1:]:
         assert vote.outcome == Outcome.TIMEOUT, votes
-        assert vote.detail == "connect timed out", votes
+        assert vote.detail == HANDSHAKE_TIMED_OUT, votes
 
 
 def test_stopped_tls_master(engine, make_redlock, tls_masters5, key):

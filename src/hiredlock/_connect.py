@@ -1,6 +1,7 @@
 """How a connection to a master starts, for every pure-Python connection hiredlock makes (the
 python engine's, and the release-notice subscribers' of _notices.py): where its address comes
-from, the non-blocking connect, and the login commands."""
+from, the non-blocking connect, and the login commands; and, for both engines, what a vote says
+when a connection does not get that far."""
 
 from __future__ import annotations
 
@@ -16,6 +17,17 @@ from ._resp import pack_auth, pack_command
 _IN_PROGRESS = frozenset(
     {0, errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK, getattr(errno, "WSAEWOULDBLOCK", -1)}
 )
+
+# What a master's vote says when its connection did not start. Both engines take these texts from
+# here (the native engine at import), so that a failure reads the same whichever engine met it.
+# - the TCP connect did not complete in time:
+CONNECT_TIMED_OUT = "connect timed out"
+# - the TCP connect did, the TLS handshake did not: most often a plaintext master, which takes the
+#   ClientHello for the start of a command line and waits for the rest of it:
+TLS_HANDSHAKE_TIMED_OUT = "TLS handshake timed out: does the master speak TLS?"
+# - a plaintext connection reset (or its writes refused by a reset) before any reply came: what a
+#   TLS port does with our commands, which are no handshake:
+PLAINTEXT_RESET = "connection reset by peer: is this a TLS port (use rediss://)?"
 
 
 def place_of(spec: MasterSpec) -> Any:

@@ -28,7 +28,15 @@ from typing import Any, Optional
 
 from . import _fork, _resolver
 from ._config import MasterSpec
-from ._connect import direct_address, login_commands, place_of, start_connect
+from ._connect import (
+    CONNECT_TIMED_OUT,
+    PLAINTEXT_RESET,
+    TLS_HANDSHAKE_TIMED_OUT,
+    direct_address,
+    login_commands,
+    place_of,
+    start_connect,
+)
 from ._contract import RoundResult
 from ._poller import POLLIN, POLLOUT, new_poller
 from ._resp import (
@@ -108,6 +116,7 @@ class _Master:
         "down_until",
         "fd",
         "fresh",
+        "heard",
         "index",
         "lagging",
         "last_error",
@@ -158,6 +167,7 @@ class _Master:
         self.busy = False  # in a round whose accounting has not run yet (see the module doc)
         self.todo = 0  # replies of the current round still owed
         self.fresh = False  # its connection opened in the current round
+        self.heard = False  # some reply came on its connection
         self.deadline = 0  # when the current round stops waiting for it
         self.waited = True  # rounds that wait for all wait for it (it is not lagging)
         self.lagging = False  # a round timed out on it; cleared once it has caught up
@@ -180,6 +190,7 @@ class _Master:
         self.scripts = set()
         self.unsent = None
         self.lagging = False
+        self.heard = False
         self.login_due = self.n_login > 0
 
     def push(self, data: bytes) -> Optional[str]:
@@ -199,10 +210,21 @@ class _Master:
         except BlockingIOError:
             sent = 0
         except OSError as exc:
-            return _os_error_text(exc)
+            return self.broken(exc)
         if sent < len(data):
             self.unsent = memoryview(data)[sent:]
         return None
+
+    def broken(self, exc: OSError) -> str:
+        """Why a plaintext connection failed to read or write (see _connect.PLAINTEXT_RESET)."""
+        if (
+            isinstance(exc, (ConnectionResetError, BrokenPipeError))
+            and not self.heard
+            and self.spec.tls is None
+            and self.spec.path is None
+        ):
+            return PLAINTEXT_RESET
+        return _os_error_text(exc)
 
     def failed(self, now_ns: int, reason: str, unreached: bool) -> None:
         """Drops the connection after an error and sets a growing pause before the next connect.
@@ -515,8 +537,12 @@ class _Round:
                 if master.state == _CONNECTING:
                     # Nothing was sent on it: closing loses nothing. Past its deadline it failed.
                     if end >= master.deadline:
-                        self.votes.explain_pending(master.index, "connect timed out")
-                        master.failed(end, "connect timed out", unreached=True)
+                        # (a TLS master has its channel once the TCP connect is confirmed)
+                        why = (
+                            CONNECT_TIMED_OUT if master.channel is None else TLS_HANDSHAKE_TIMED_OUT
+                        )
+                        self.votes.explain_pending(master.index, why)
+                        master.failed(end, why, unreached=True)
                     else:
                         master.drop()
                 elif master.unsent is not None:
@@ -638,7 +664,7 @@ class _Round:
         except BlockingIOError:
             return True
         except OSError as exc:
-            self.fail(master, CONN_ERROR, _os_error_text(exc))
+            self.fail(master, CONN_ERROR, master.broken(exc))
             return False
         if sent < len(unsent):  # type: ignore[arg-type]
             master.unsent = unsent[sent:]  # type: ignore[index]
@@ -663,7 +689,7 @@ class _Round:
             except BlockingIOError:
                 return True
             except OSError as exc:
-                self.fail(master, CONN_ERROR, _os_error_text(exc))
+                self.fail(master, CONN_ERROR, master.broken(exc))
                 return False
             if not data:
                 self.fail(master, CONN_ERROR, "connection closed by the master")
@@ -683,6 +709,7 @@ class _Round:
                 return False
             if reply is NOT_READY:
                 return True
+            master.heard = True
             if not owed:
                 self.fail(master, ERROR, "protocol error: a reply nobody asked for")
                 return False
@@ -977,6 +1004,7 @@ class PythonEngine:
                     return False
                 if reply is NOT_READY:
                     break
+                master.heard = True
                 if not owed:
                     return False  # a reply nobody asked for: never guess what it answers
                 entry = owed.popleft()
