@@ -16,6 +16,7 @@ from test_cli_common import (
     UNREACHABLE,
     USAGE,
     cli,
+    env,
     masters,
     one_line_error,
     start,
@@ -152,6 +153,24 @@ def test_losing_a_majority_terminates_the_command(masters5, key, tmp_path):
         assert "lost" in one_line_error(err)
         with pytest.raises(ProcessLookupError):
             os.kill(command_pid, 0)  # terminated, and reaped
+    finally:
+        stop(proc)
+
+
+def test_a_lock_whose_keys_were_deleted_says_what_the_masters_answered(engine, masters5, key):
+    proc = start(
+        "run", key, *masters(masters5), "--ttl", "1", "--", "sleep", "60",
+        environ=env(HIREDLOCK_IMPL=engine),
+    )  # fmt: skip
+    try:
+        wait_for(lambda: held_everywhere(masters5, key), what="the lock")
+        for server in masters5[:3]:
+            server.admin().delete(key)  # the masters answer, but the key is not ours any more
+        _out, err = proc.communicate(timeout=15)
+        assert proc.returncode == LOST, err
+        line = one_line_error(err)
+        assert "no master answered" not in line
+        assert "3 of 5 masters answered that the key is no longer ours" in line, line
     finally:
         stop(proc)
 

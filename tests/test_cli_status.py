@@ -87,3 +87,66 @@ def test_plain_output_without_rich(masters5, key, tmp_path):
     proc = cli("status", key, *masters(masters5), environ=env(PYTHONPATH=str(tmp_path)))
     assert proc.returncode == NOT_HELD, proc.stderr
     assert len(rows(proc.stdout)) == 5
+
+
+def test_a_read_locked_rwlock_is_held_by_its_readers(engine, masters5, key):
+    with Redlock([s.url for s in masters5], backend=engine) as redlock:
+        rwlock = redlock.rwlock(key, 30)
+        readers = [rwlock.read(), rwlock.read()]
+        for reader in readers:
+            assert reader.acquire(blocking=False)
+        proc = cli("status", key, *masters(masters5), environ=env(HIREDLOCK_IMPL=engine))
+    assert proc.returncode == HELD, proc.stdout + proc.stderr
+    table = rows(proc.stdout)
+    assert all("rwlock: 2 readers" in " ".join(cells) for cells in table.values()), proc.stdout
+    assert f"read-locked by a majority: 5 of 5 masters have readers of {key!r}" in proc.stdout
+
+
+def test_a_write_locked_rwlock_is_held_by_its_writer(engine, masters5, key):
+    with Redlock([s.url for s in masters5], backend=engine) as redlock:
+        assert redlock.rwlock(key, 30).write().acquire(blocking=False)
+        proc = cli("status", key, *masters(masters5), environ=env(HIREDLOCK_IMPL=engine))
+    assert proc.returncode == HELD, proc.stdout + proc.stderr
+    assert f"write-locked by a majority: 5 of 5 masters have a writer of {key!r}" in proc.stdout
+
+
+def test_a_semaphore_shows_which_permits_are_held(engine, masters5, key):
+    with Redlock([s.url for s in masters5], backend=engine) as redlock:
+        semaphore = redlock.semaphore(key, 5, 30)
+        permits = [semaphore.acquire(blocking=False) for _ in range(2)]
+        assert all(permit is not None for permit in permits)
+        indexes = sorted(permit.index for permit in permits)
+        # A third permit held on a minority only: shown on its masters, not counted as held.
+        minority = 4 if 4 not in indexes else 3
+        for server in masters5[:2]:
+            server.admin().set(f"hiredlock:permit:{minority}:{key}", "x" * 40, px=30_000)
+        proc = cli("status", key, *masters(masters5), environ=env(HIREDLOCK_IMPL=engine))
+    assert proc.returncode == HELD, proc.stdout + proc.stderr
+    listed = ", ".join(str(index) for index in indexes)
+    table = rows(proc.stdout)
+    minority_listed = ", ".join(str(i) for i in sorted([*indexes, minority]))
+    assert f"semaphore: permits {minority_listed}" in " ".join(table[masters5[0].url])
+    assert f"semaphore: permits {listed}" in " ".join(table[masters5[4].url])
+    assert (
+        f"semaphore {key!r}: 2 permits held by a majority (permits {listed}; quorum 3)"
+        in proc.stdout
+    )
+
+
+def test_a_semaphore_permit_on_a_minority_is_not_held(masters5, key):
+    for server in masters5[:2]:
+        server.admin().set(f"hiredlock:permit:0:{key}", "x" * 40, px=30_000)
+    proc = cli("status", key, *masters(masters5))
+    assert proc.returncode == NOT_HELD, proc.stdout + proc.stderr
+    assert "semaphore: permit 0" in " ".join(rows(proc.stdout)[masters5[0].url])
+    assert "not held by a majority" in proc.stdout
+
+
+def test_without_redis_py_says_how_to_install_it(masters5, key, tmp_path):
+    (tmp_path / "redis").mkdir()
+    (tmp_path / "redis" / "__init__.py").write_text("raise ImportError('no redis-py here')\n")
+    proc = cli("status", key, *masters(masters5), environ=env(PYTHONPATH=str(tmp_path)))
+    assert proc.returncode == USAGE, proc.stderr
+    assert "pip install 'hiredlock[cli]'" in one_line_error(proc.stderr)
+    assert "internal error" not in proc.stderr
+    assert proc.stdout == ""

@@ -138,8 +138,11 @@ def build() -> Parser:
         "status",
         help="who holds a lock, master by master",
         description="Per master: whether the key exists, its PTTL and the holder's token "
-        "prefix; then whether a majority holds it. Exit status: 0 held by a majority, 1 not, "
-        "69 too few masters answered to tell.",
+        "prefix, the read-write lock's writer and readers, the fair lock's waiters and the "
+        "semaphore permits held; then in which ways a majority holds the name. Exit status: 0 "
+        "held by a majority (its key, the read-write lock's writer or readers, or a semaphore "
+        "permit), 1 not, 2 bad usage or redis-py missing (pip install 'hiredlock[cli]'), 69 too "
+        "few masters answered to tell.",
         epilog=EPILOG,
     )
     status.add_argument("name", metavar="NAME", help="the lock's name (the Redis key)")

@@ -8,14 +8,22 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from .exits import FAILED, CliError
 
-def redis_client(url: Optional[str] = None, **options: Any):
+INSTALL_HINT = "this command needs redis-py: pip install 'hiredlock[cli]'"
+
+
+def need_redis(status: int = FAILED) -> Any:
+    """The redis module; CliError with the install hint (exiting with `status`) without it."""
     try:
         import redis
     except ImportError:
-        raise SystemExit(
-            "hiredlock: this command needs redis-py: pip install 'hiredlock[cli]'"
-        ) from None
+        raise CliError(INSTALL_HINT, status) from None
+    return redis
+
+
+def redis_client(url: Optional[str] = None, **options: Any):
+    redis = need_redis()
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 

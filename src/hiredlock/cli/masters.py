@@ -61,3 +61,26 @@ def failed_votes(votes: Sequence[Any]) -> str:
     reason = f"{first.outcome.name.lower()}" + (f": {first.detail}" if first.detail else "")
     more = f"; {len(failed) - 1} more" if len(failed) > 1 else ""
     return f"{len(failed)} of {len(votes)} masters failed ({first.master}: {reason}{more})"
+
+
+def lost_votes(votes: Sequence[Any]) -> str:
+    """What the masters said in the round that found a held lock lost (a renewal or a release):
+    how many answered that the key is no longer ours, and which failed to answer."""
+    from hiredlock import Outcome
+    from hiredlock._scripts import FAILURES
+
+    if not votes:
+        return "no master was asked"
+    gone = sum(1 for vote in votes if vote.outcome == Outcome.TAKEN)
+    kept = sum(1 for vote in votes if vote.outcome == Outcome.OK)
+    failed = [vote for vote in votes if vote.outcome in FAILURES]
+    parts = []
+    if gone:
+        parts.append(f"{gone} of {len(votes)} masters answered that the key is no longer ours")
+    if failed:
+        parts.append(failed_votes(votes))
+    if kept:
+        parts.append(f"{kept} still held it")
+    if not gone and not failed:  # every master kept it, but the round ended too late to count
+        parts.append("the round took longer than the lock's validity")
+    return "; ".join(parts)

@@ -19,7 +19,7 @@ import time
 
 from .child import Child, open_fds
 from .exits import BUSY, LOST, SIGNALLED, UNREACHABLE, USAGE, CliError
-from .masters import failed_votes, master_urls, open_redlock
+from .masters import failed_votes, lost_votes, master_urls, open_redlock
 from .output import say
 
 FORWARDED = (
@@ -138,7 +138,7 @@ def _supervise(child: Child, lock, options: argparse.Namespace) -> int:
         if lock.lost.is_set():
             say(
                 f"lock {options.name!r} was lost while the command ran "
-                f"({failed_votes(lock.last_votes)}): terminating the command"
+                f"({lost_votes(lock.last_votes)}): terminating the command"
             )
             child.terminate(options.kill_after, WAITED)
             return LOST
@@ -151,4 +151,4 @@ def _release(lock, errors: type) -> None:
     try:
         lock.release()
     except errors as exc:  # the command has ended: a failed release is worth a warning only
-        say(f"warning: releasing lock {lock.name!r}: {failed_votes(getattr(exc, 'votes', ()))}")
+        say(f"warning: releasing lock {lock.name!r}: {lost_votes(getattr(exc, 'votes', ()))}")

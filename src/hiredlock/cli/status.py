@@ -1,9 +1,10 @@
-"""`hiredlock status NAME`: per master, the key, its PTTL and the holder's token prefix, and the
-read-write and fair locks of the name (writer, readers, waiters in the queue); then whether a
-majority holds it.
+"""`hiredlock status NAME`: per master, the key, its PTTL and the holder's token prefix, the
+read-write and fair locks of the name (writer, readers, waiters in the queue) and the semaphore
+permits of the name that are held; then in which ways a majority holds the name.
 
-exists and PTTL come from the library's inspect(); the token is read with a plain GET per master
-(redis-py, a short timeout, all masters at once), since inspect() only says whether a key is ours.
+exists and PTTL come from the library's inspect(); the token and the permits are read with plain
+redis-py commands per master (a short timeout, all masters at once), since inspect() only says
+whether a key is ours: a GET of the name, and an MGET of every permit key the name may have.
 """
 
 from __future__ import annotations
@@ -11,21 +12,31 @@ from __future__ import annotations
 import argparse
 import re
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
-from .clients import redis_client
+from .clients import need_redis, redis_client
 from .exits import NOT_HELD, OK, UNREACHABLE, USAGE, CliError
 from .masters import master_urls, open_redlock
 from .output import table
 
-TIMEOUT = 0.5  # seconds each master gets, for inspect() and for the GET
+TIMEOUT = 0.5  # seconds each master gets, for inspect() and for the plain reads
 TOKEN_SHOWN = 8  # hex characters of a token shown: enough to tell holders apart
 TOKEN_RE = re.compile(r"\A[0-9a-f]{40}\Z")
+PERMITS_SHOWN = 10  # permit numbers listed in a row or a summary; more are counted
+
+
+class Read(NamedTuple):
+    """What the plain reads found on one master (None: not read there)."""
+
+    token: Optional[str]
+    permits: Optional[tuple[int, ...]]  # the semaphore permits of the name held there
 
 
 def command(options: argparse.Namespace) -> int:
     urls, source = master_urls(options.masters)
+    need_redis(USAGE)  # before any I/O: status is not half-done without it
     redlock = open_redlock(urls, source, master_timeout=TIMEOUT)
     try:
         try:
@@ -33,43 +44,80 @@ def command(options: argparse.Namespace) -> int:
         except (ValueError, TypeError) as exc:
             raise CliError(f"NAME: {exc}", USAGE) from None
         with ThreadPoolExecutor(max_workers=len(redlock.masters)) as pool:
-            tokens = list(pool.map(lambda spec: _token(spec, options.name), redlock.masters))
+            reads = list(pool.map(lambda spec: _read(spec, options.name), redlock.masters))
         quorum = redlock.quorum
     finally:
         redlock.close()
 
-    rows = [_row(state, token) for state, token in zip(states, tokens)]
+    rows = [_row(state, read) for state, read in zip(states, reads)]
     table(("master", "key", "pttl", "token", "note"), rows, right=(2,))
+    verdicts = _held(options.name, states, reads, quorum)
+    for line in verdicts:
+        print(line)
+    if verdicts:
+        return OK
     holding = sum(1 for state in states if state.exists)
     answered = sum(1 for state in states if state.exists is not None)
-    counts = Counter(token for state, token in zip(states, tokens) if state.exists and token)
-    holder = f", token {counts.most_common(1)[0][0]}" if counts else ""
-    of = f"{holding} of {len(states)} masters hold {options.name!r} (quorum {quorum})"
-    if holding >= quorum:
-        print(f"held by a majority: {of}{holder}")
-        return OK
     if answered >= quorum:
-        print(f"not held by a majority: {of}")
+        print(
+            f"not held by a majority: {holding} of {len(states)} masters hold "
+            f"{options.name!r} (quorum {quorum})"
+        )
         return NOT_HELD
     print(f"unknown: only {answered} of {len(states)} masters answered (quorum {quorum})")
     return UNREACHABLE
 
 
-def _row(state: Any, token: Optional[str]) -> tuple[str, ...]:
+def _held(name: str, states: Sequence[Any], reads: Sequence[Read], quorum: int) -> list[str]:
+    """One line per way a majority holds the name: its key (a lock, a fair lock), the read-write
+    lock's writer or readers, the semaphore's permits. Empty when none."""
+    n = len(states)
+    lines = []
+    holding = sum(1 for state in states if state.exists)
+    if holding >= quorum:
+        counts = Counter(read.token for state, read in zip(states, reads) if state.exists)
+        counts.pop(None, None)
+        holder = f", token {counts.most_common(1)[0][0]}" if counts else ""
+        lines.append(
+            f"held by a majority: {holding} of {n} masters hold {name!r} (quorum {quorum}){holder}"
+        )
+    writers = sum(1 for state in states if state.writer)
+    if writers >= quorum:
+        lines.append(
+            f"write-locked by a majority: {writers} of {n} masters have a writer of {name!r} "
+            f"(quorum {quorum})"
+        )
+    read_locked = sum(1 for state in states if state.readers)
+    if read_locked >= quorum:
+        lines.append(
+            f"read-locked by a majority: {read_locked} of {n} masters have readers of {name!r} "
+            f"(quorum {quorum})"
+        )
+    per_permit = Counter(index for read in reads for index in read.permits or ())
+    permits = sorted(index for index, count in per_permit.items() if count >= quorum)
+    if permits:
+        lines.append(
+            f"semaphore {name!r}: {len(permits)} permit{'s' if len(permits) > 1 else ''} held "
+            f"by a majority (permits {_listed(permits)}; quorum {quorum})"
+        )
+    return lines
+
+
+def _row(state: Any, read: Read) -> tuple[str, ...]:
     if state.exists is None:
         note = state.outcome.name.lower() + (f": {state.detail}" if state.detail else "")
         return (state.master, "-", "-", "-", note)
-    note = _kinds(state)
+    note = _kinds(state, read)
     if not state.exists:
         return (state.master, "no", "-", "-", note)
     pttl = "no expiry" if state.pttl_ms is not None and state.pttl_ms < 0 else "-"
     if state.pttl_ms is not None and state.pttl_ms >= 0:
         pttl = f"{state.pttl_ms / 1000:.3f} s"
-    return (state.master, "yes", pttl, token or "?", note)
+    return (state.master, "yes", pttl, read.token or "?", note)
 
 
-def _kinds(state: Any) -> str:
-    """The read-write and fair lock of the name on this master, when there is one."""
+def _kinds(state: Any, read: Read) -> str:
+    """The read-write lock, fair lock and semaphore of the name on this master, when any."""
     parts = []
     if state.writer:
         parts.append("rwlock: a writer")
@@ -77,16 +125,28 @@ def _kinds(state: Any) -> str:
         parts.append(f"rwlock: {state.readers} reader{'s' if state.readers > 1 else ''}")
     if state.waiting:
         parts.append(f"fair queue: {state.waiting} waiting")
+    if read.permits:
+        plural = "s" if len(read.permits) > 1 else ""
+        parts.append(f"semaphore: permit{plural} {_listed(read.permits)}")
     return "; ".join(parts)
 
 
-def _token(spec: Any, name: str) -> Optional[str]:
-    """A short form of the value of `name` on one master; None when it cannot be read (also for
-    TLS and Sentinel-managed masters, which this plain redis-py read does not reach)."""
-    import redis
+def _listed(indexes: Sequence[int]) -> str:
+    shown = ", ".join(str(index) for index in indexes[:PERMITS_SHOWN])
+    more = len(indexes) - PERMITS_SHOWN
+    return shown + (f" and {more} more ({len(indexes)})" if more > 0 else "")
 
+
+def _read(spec: Any, name: str) -> Read:
+    """The value of `name` (a short form) and the permits of the semaphore `name` held on one
+    master; None for what cannot be read (also on TLS and Sentinel-managed masters, which these
+    plain redis-py reads do not reach)."""
+    from hiredlock import _config, _scripts
+    from hiredlock._semaphores import MAX_PERMITS
+
+    redis = need_redis(USAGE)
     if spec.tls is not None or spec.sentinel is not None:
-        return None
+        return Read(None, None)
 
     client = redis_client(
         host=spec.host or "localhost",
@@ -98,14 +158,26 @@ def _token(spec: Any, name: str) -> Optional[str]:
         socket_timeout=TIMEOUT,
         socket_connect_timeout=TIMEOUT,
     )
+    key = _config.lock_name(name)
     try:
-        value = client.get(name)
-    except redis.ResponseError:
-        return "(not a string)"
+        try:
+            value = client.get(key)
+        except redis.ResponseError:
+            token: Optional[str] = "(not a string)"
+        else:
+            token = _short(value)
+        # Every permit a semaphore of this name can have (the count is not kept on the
+        # masters): one MGET, None for a permit that is free (or not a string).
+        values = client.mget([_scripts.permit_key(key, index) for index in range(MAX_PERMITS)])
+        permits = tuple(index for index, value in enumerate(values) if value is not None)
     except redis.RedisError:
-        return None
+        return Read(None, None)
     finally:
         client.close()
+    return Read(token, permits)
+
+
+def _short(value: Optional[bytes]) -> Optional[str]:
     if value is None:
         return None
     text = value.decode("utf-8", "replace")
