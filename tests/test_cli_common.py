@@ -162,6 +162,24 @@ def test_help_names_every_subcommand():
         assert name in proc.stdout
 
 
+@pytest.mark.parametrize("command", [(), ("run",), ("status",), ("demo",)])
+def test_help_lists_every_url_form(command):
+    proc = cli(*command, "--help")
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())  # argparse wraps the epilog
+    for form in ("redis://", "rediss://", "unix://", "redis+sentinel://", "rediss+sentinel://"):
+        assert form in text, (form, text)
+
+
+def test_a_sentinel_url_keeps_its_comma_separated_sentinels():
+    sentinels = "127.0.0.1:1,127.0.0.1:2"  # nobody listens there: unknown, not a usage error
+    urls = f"redis+sentinel://{sentinels}/lock-a/0,redis://127.0.0.1:3/0"
+    proc = cli("status", "name", "--masters", urls)
+    assert proc.returncode == UNREACHABLE, proc.stdout + proc.stderr
+    assert f"redis+sentinel://{sentinels}/lock-a/0" in proc.stdout
+    assert "only 0 of 2 masters answered" in proc.stdout
+
+
 def test_python_dash_m_is_the_same_command():
     proc = subprocess.run(
         [sys.executable, "-m", "hiredlock", "--version"], capture_output=True, text=True, env=env()

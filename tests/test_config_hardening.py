@@ -56,6 +56,14 @@ def test_a_sentinel_client_becomes_a_sentinel_managed_master(engine):
     assert "s3nt" not in repr(spec) and "m4ster" not in repr(spec)
 
 
+def test_help_lists_every_master_form():
+    doc = " ".join((Redlock.__doc__ or "").split())
+    for form in ("redis://", "rediss://", "unix://", "redis+sentinel://", "rediss+sentinel://"):
+        assert form in doc, form
+    assert "not a Sentinel-managed" not in doc  # they are taken (above)
+    assert "Sentinel" in doc
+
+
 def test_a_client_whose_pool_has_no_host_is_refused(engine, canary):
     client = redis.Redis(connection_pool=redis.ConnectionPool(password="x"))
     error = raises_naming("masters[0]", Redlock, [client], backend=engine)

@@ -34,10 +34,14 @@ _log = logging.getLogger("hiredlock")
 class Redlock(ClientBase):
     """A client of N independent Redis masters; makes locks that need a majority of them.
 
-    masters:        URLs (redis://[user:password@]host:port/db, unix:///path?db=N), dicts of
-                    options (host, port, db, username, password, path) or redis-py clients
-                    whose address can be read (not a Sentinel-managed one). Passwords never
-                    show: not in errors, reprs, votes or logs (a URL shown reads user:***@).
+    masters:        URLs (redis://[user:password@]host:port/db, rediss://... for TLS,
+                    unix:///path?db=N, redis+sentinel://[user:password@]host:port[,host:port
+                    ...]/service_name/db for a Sentinel-managed master, rediss+sentinel://...
+                    with TLS), dicts of options (host, port, db, username, password, path,
+                    the TLS options, or sentinels and service_name) or redis-py clients whose
+                    address can be read (Sentinel-managed ones included: Sentinel.master_for).
+                    Passwords never show: not in errors, reprs, votes or logs (a URL shown
+                    reads user:***@).
     retry_count:    attempts in a row that may fail for lack of answering masters before acquire
                     raises QuorumUnreachable (a lock merely held by others is waited for instead).
     retry_delay:    seconds between attempts, randomised (x0.5 to x1.5) so rivals do not collide.

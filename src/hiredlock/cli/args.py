@@ -12,7 +12,9 @@ from .masters import ENV_VAR
 DESCRIPTION = "Redlock distributed locks on Redis, from the command line."
 EPILOG = (
     f"Masters: --masters URL[,URL...] (may be repeated), else ${ENV_VAR} (comma-separated). "
-    "URLs: redis://[user:password@]host:port/db or unix:///path?db=N."
+    "URLs: redis://[user:password@]host:port/db, rediss://... (TLS), unix:///path?db=N, or "
+    "redis+sentinel://[user:password@]host:port[,host:port...]/service_name/db "
+    "(a Sentinel-managed master; rediss+sentinel://... for TLS)."
 )
 
 

@@ -1,4 +1,9 @@
-"""Where the masters come from: --masters URL[,URL...] (repeatable), else HIREDLOCK_MASTERS."""
+"""Where the masters come from: --masters URL[,URL...] (repeatable), else HIREDLOCK_MASTERS.
+
+The URLs are comma-separated; a Sentinel URL's own list of sentinels
+(redis+sentinel://host:port,host:port/service_name/db) stays in one piece: what follows a comma
+without a scheme belongs to the Sentinel URL before it.
+"""
 
 from __future__ import annotations
 
@@ -24,8 +29,9 @@ def master_urls(option_values: Optional[Sequence[str]]) -> tuple[list[str], str]
                 USAGE,
             )
         source, chunks = ENV_VAR, [value]
-    urls = []
+    urls: list[str] = []
     for chunk in chunks:
+        first = len(urls)
         for url in chunk.split(","):
             url = url.strip()
             if not url:
@@ -33,7 +39,10 @@ def master_urls(option_values: Optional[Sequence[str]]) -> tuple[list[str], str]
 
                 listed = ",".join(redact(part) for part in chunk.split(","))
                 raise CliError(f"{source}: empty URL in {listed!r} (URLs are comma-separated)")
-            urls.append(url)
+            if "://" not in url and len(urls) > first and "+sentinel://" in urls[-1]:
+                urls[-1] += "," + url  # one more sentinel of redis+sentinel://h:p,h:p/name
+            else:
+                urls.append(url)
     return urls, source
 
 
