@@ -195,6 +195,7 @@ def test_bad_masters(engine, make_redlock, canary, case):
         ({"timeout": math.nan}, "timeout"),
         ({"timeout": "x"}, "timeout"),
         ({"blocking": "yes"}, "blocking"),
+        ({"blocking": False, "timeout": 1}, "timeout"),  # as threading.Lock refuses it
     ],
 )
 def test_bad_acquire_arguments(engine, make_redlock, canary, kw, arg):

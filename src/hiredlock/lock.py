@@ -67,14 +67,16 @@ class Lock(WithStatement, LockBase):
     def acquire(self, blocking: bool = True, timeout: Optional[Duration] = None) -> bool:
         """Acquires the lock; True once held by a valid quorum.
 
-        blocking=False tries once. blocking=True retries, after a random delay around the Redlock's
-        retry_delay, while the lock is held by others: until `timeout` seconds have passed (an
-        overall deadline on the monotonic clock), or the lock's blocking_timeout when timeout is
-        None, or for ever when both are None. Returns False when the lock stayed taken. Raises
-        QuorumUnreachable when too few masters answered, after retry_count attempts in a row (at
-        once when blocking=False), MasterConfigError at once when too many masters refused us for
-        a wrong password or missing permissions, and AlreadyAcquired when this Lock object holds
-        the lock already. A lock that expired or was lost can be acquired again.
+        blocking=False tries once (the lock's blocking_timeout does not apply, and a timeout
+        raises ValueError, as threading.Lock's does). blocking=True retries, after a random delay
+        around the Redlock's retry_delay, while the lock is held by others: until `timeout`
+        seconds have passed (an overall deadline on the monotonic clock), or the lock's
+        blocking_timeout when timeout is None, or for ever when both are None. Returns False when
+        the lock stayed taken. Raises QuorumUnreachable when too few masters answered, after
+        retry_count attempts in a row (at once when blocking=False), MasterConfigError at once
+        when too many masters refused us for a wrong password or missing permissions, and
+        AlreadyAcquired when this Lock object holds the lock already. A lock that expired or was
+        lost can be acquired again.
 
         A Lock object shared by the threads of a process is held by one of them at a time, as a
         threading.Lock is: another thread's acquire() waits for its release (within the same
