@@ -3,6 +3,7 @@ both survive SCRIPT FLUSH (EVALSHA -> NOSCRIPT -> EVAL).  Plus NotHeld semantics
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -319,3 +320,40 @@ def test_release_reaches_slow_master(engine, make_redlock, masters5, key, script
     if other.acquire(blocking=False):
         other.release()
     assert_no_key([a, b, slow], key, "(release must reach the late master)")
+
+
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_close_does_not_warn_about_a_loss_already_raised(
+    engine, make_redlock, masters5, key, caplog
+):
+    """A lock whose extend() or release() raised LockLost was handled by its caller: close()
+    still unlocks what is left of it, without a warning."""
+    rl = make_redlock(urls(masters5))
+    extended, released = rl.lock(key, 30), rl.lock(key + ":released", 30)
+    assert extended.acquire(blocking=False) and released.acquire(blocking=False)
+    set_foreign(masters5[:3], key)  # a majority lost: extend fails, 2 masters still hold ours
+    set_foreign(masters5, key + ":released")
+    with pytest.raises(LockLost):
+        extended.extend()
+    with pytest.raises(LockLost):
+        released.release()
+    with caplog.at_level(logging.WARNING, logger="hiredlock"):
+        rl.close()
+    assert _warnings(caplog) == []
+    assert_no_key(masters5[3:], key, "(close() still unlocks the masters that kept our key)")
+    assert_foreign_intact(masters5[:3], key)
+
+
+def test_close_warns_about_a_loss_it_finds(engine, make_redlock, masters5, key, caplog):
+    rl = make_redlock(urls(masters5))
+    lock = rl.lock(key, 30)
+    assert lock.acquire(blocking=False)
+    set_foreign(masters5, key)  # nobody told the holder
+    with caplog.at_level(logging.WARNING, logger="hiredlock"):
+        rl.close()
+    assert any(f"releasing {key!r} on close failed" in m for m in _warnings(caplog)), _warnings(
+        caplog
+    )

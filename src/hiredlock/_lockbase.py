@@ -931,3 +931,20 @@ def release_many_steps(
             errors[0][1].votes,
         )
     return None
+
+
+# -- closing a client ----------------------------------------------------------------------------
+
+
+def loss_told(lock: LockBase) -> bool:
+    """Read before close() releases `lock`: whether it was marked lost already, its loss told
+    (extend() raised LockLost, or the renewal logged it and set `lost`)."""
+    return lock._lost
+
+
+def close_release_failed(lock: LockBase, told: bool, error: BaseException) -> None:
+    """close() could not release `lock`: a warning, unless it is the LockLost of a loss told
+    already (that release still unlocked the masters that kept the key)."""
+    if told and isinstance(error, LockLost):
+        return
+    _log.warning("hiredlock: releasing %r on close failed: %s", lock.name, error)

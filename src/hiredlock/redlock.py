@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import logging
 from collections.abc import Iterable
 from typing import Any, Callable, Optional, TypeVar
 
@@ -26,9 +25,6 @@ from .semaphore import Semaphore
 __all__ = ["KeyState", "Redlock"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-
-
-_log = logging.getLogger("hiredlock")
 
 
 class Redlock(ClientBase):
@@ -213,7 +209,8 @@ class Redlock(ClientBase):
         """Stops auto-renewal, releases the locks it still holds, and closes every connection.
 
         The watchdog thread has ended when close() returns. Releasing is best effort: a lock
-        whose release fails stays on the masters until its ttl.
+        whose release fails stays on the masters until its ttl, and is logged as a warning,
+        unless its loss was told already (extend() raised LockLost, or its renewal failed).
         """
         session = self._session
         session.this_process()
@@ -224,10 +221,11 @@ class Redlock(ClientBase):
             held = session.held_locks()
         session.stop_watchdog()
         for lock in held:
+            told = _lockbase.loss_told(lock)
             try:
                 lock.release()
             except Exception as exc:  # closing must not fail half-way
-                _log.warning("hiredlock: releasing %r on close failed: %s", lock.name, exc)
+                _lockbase.close_release_failed(lock, told, exc)
         session.notices.close()
         self._pool.close()
 

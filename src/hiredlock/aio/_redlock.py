@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import logging
 from collections.abc import Iterable
 from typing import Any, Callable, Optional, TypeVar
 
@@ -23,8 +22,6 @@ from ._rwlock import AsyncRWLock
 from ._semaphore import AsyncSemaphore
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-
-_log = logging.getLogger("hiredlock")
 
 
 class AsyncRedlock(ClientBase):
@@ -150,7 +147,8 @@ class AsyncRedlock(ClientBase):
     async def aclose(self) -> None:
         """Stops auto-renewal, lets the rounds in flight end, releases the locks still held, and
         closes every connection. Releasing is best effort: a lock whose release fails stays on
-        the masters until its ttl."""
+        the masters until its ttl, and is logged as a warning, unless its loss was told already
+        (extend() raised LockLost, or its renewal failed)."""
         session = self._session
         if session.closed:
             return
@@ -163,12 +161,14 @@ class AsyncRedlock(ClientBase):
             held = session.held_locks()
             if not held:
                 break
-            for lock, outcome in zip(
+            told = [_lockbase.loss_told(lock) for lock in held]
+            for lock, was_told, outcome in zip(
                 held,
+                told,
                 await _gather_settled(lock.release() for lock in held),
             ):
                 if isinstance(outcome, Exception):
-                    _log.warning("hiredlock: releasing %r on close failed: %s", lock.name, outcome)
+                    _lockbase.close_release_failed(lock, was_told, outcome)
         await rounds.flush()
         rounds.close()
 
