@@ -464,6 +464,37 @@ def test_one_subscriber_per_master_for_all_waiters(api, make_redlock, masters5, 
     )
 
 
+# README: a client's subscribers (and a Redlock's notices thread) end 2 s after the last wait;
+# the margin is for a loaded machine (the driver looks every 0.1 s).
+NOTICES_LINGER_S = 2.0
+LINGER_MARGIN_S = 1.0 + EXTRA_SLACK
+
+
+def test_the_subscribers_end_soon_after_the_last_wait(api, make_redlock, masters5, key):
+    hold(make_redlock, masters5, key)
+    before = {s.port: pubsub_ids(s) for s in masters5}
+    rl = waiting_client(make_redlock, masters5)
+    got, _t0, last_wait = timed(rl.lock(key, HOLD_TTL).acquire, timeout=1.0)
+    assert got is False
+    subscribers = {s.port: pubsub_ids(s) - before[s.port] for s in masters5}
+    assert any(subscribers.values()), "the waiter never subscribed"
+    if api == "sync":
+        assert notices_threads(), "no notices thread while the subscribers linger"
+
+    def ended():
+        # (the connections themselves: one that unsubscribed from everything is not "pubsub")
+        return not notices_threads() and not any(
+            subscribers[s.port] & {c["id"] for c in s.admin().client_list()} for s in masters5
+        )
+
+    wait_until(ended, NOTICES_LINGER_S + LINGER_MARGIN_S + 5, "the subscribers to end")
+    took = time.monotonic() - last_wait
+    assert took <= NOTICES_LINGER_S + LINGER_MARGIN_S, (
+        f"the subscribers (and thread) ended {took:.2f} s after the last wait "
+        f"(README: {NOTICES_LINGER_S} s)"
+    )
+
+
 # -- many waiters, one lock ------------------------------------------------------------------------
 
 

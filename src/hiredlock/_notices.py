@@ -16,7 +16,8 @@ failed attempt and the subscription would otherwise be missed.
 NoticeBoard is the state, without I/O of its own: the subscribers (non-blocking connections,
 TLS and login included) and the waiters per channel. ThreadNotices drives it from a thread for
 the blocking API (started by the first wait, ended when nothing was waited for during LINGER_S,
-or by close()); hiredlock.aio's LoopNotices drives it from the event loop.
+or by close()); hiredlock.aio's LoopNotices drives it from the event loop (and closes the
+connections at the same moment).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from ._resp import NOT_READY, ProtocolError, Reader, ReplyError, pack_command
 from ._tls import TLSChannel, TLSError
 
 # A channel stays subscribed this long after its last waiter left; the thread (and the
-# connections) end after this long without any channel.
+# connections) end when no channel is left: LINGER_S after the last wait.
 LINGER_S = 2.0
 # A subscriber that failed is reconnected after a pause, doubling from MIN to MAX.
 RECONNECT_MIN_S = 0.1
@@ -459,7 +460,6 @@ class ThreadNotices:
 
     def _run(self, kick: socket.socket) -> None:
         board = self._board
-        empty_since: Optional[float] = None
         try:
             while True:
                 now = time.monotonic()
@@ -468,11 +468,7 @@ class ThreadNotices:
                         self._end(kick)
                         return
                     board.service(now)
-                    if board.wanted():
-                        empty_since = None
-                    elif empty_since is None:
-                        empty_since = now
-                    elif now - empty_since >= LINGER_S:
+                    if not board.wanted():  # the last channel's LINGER_S is over
                         self._end(kick)  # the next wait starts another thread
                         return
                     poller = new_poller()

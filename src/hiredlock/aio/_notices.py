@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from .._config import MasterSpec
-from .._notices import LINGER_S, TICK_S, NoticeBoard, Subscriber
+from .._notices import TICK_S, NoticeBoard, Subscriber
 from .._poller import POLLOUT
 
 
@@ -41,7 +41,6 @@ class LoopNotices:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._watched: dict[int, tuple[Subscriber, bool]] = {}  # fd -> (subscriber, writer too)
         self._timer: Optional[asyncio.TimerHandle] = None
-        self._empty_since: Optional[float] = None
         self._closed = False
 
     async def wait(self, channel: bytes, timeout: float, seen: int = 0) -> bool:
@@ -80,18 +79,13 @@ class LoopNotices:
             self._timer.cancel()
             self._timer = None
         self._board.close_all()
-        self._empty_since = None
 
     def _tick(self) -> None:
         self._timer = None
         board = self._board
         now = time.monotonic()
         board.service(now)
-        if board.wanted():
-            self._empty_since = None
-        elif self._empty_since is None:
-            self._empty_since = now
-        elif now - self._empty_since >= LINGER_S:
+        if not board.wanted():  # the last channel's LINGER_S is over: the connections go
             self._stop()
             return
         self._watch()
