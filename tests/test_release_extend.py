@@ -8,6 +8,7 @@ import time
 
 import pytest
 from apis import make_redlock_fixture, pytest_generate_tests  # noqa: F401  (sync and async APIs)
+from features_support import script_calls
 from support import (
     assert_foreign_intact,
     assert_no_key,
@@ -19,7 +20,7 @@ from support import (
     wait_until,
 )
 
-from hiredlock import LockLost, NotHeld, Outcome
+from hiredlock import LockLost, NotHeld, Outcome, TooManyExtensions
 
 
 def test_release_after_overwrite_all_is_lock_lost(engine, make_redlock, masters5, key):
@@ -357,3 +358,24 @@ def test_close_warns_about_a_loss_it_finds(engine, make_redlock, masters5, key, 
     assert any(f"releasing {key!r} on close failed" in m for m in _warnings(caplog)), _warnings(
         caplog
     )
+
+
+def test_auto_renewals_are_not_counted_as_extensions(engine, make_redlock, masters5, key):
+    """lock.extensions and max_extensions count extend() calls only; renewals are not counted
+    anywhere (max_hold bounds them)."""
+    rl = make_redlock(urls(masters5))
+    lock = rl.lock(key, 1, auto_renew=True, max_extensions=1)
+    assert lock.acquire(blocking=False)
+    calls = script_calls(masters5)
+    wait_until(
+        lambda: all(n >= calls[port] + 2 for port, n in script_calls(masters5).items()),
+        10,
+        "two renewals on every master",
+    )
+    assert lock.held
+    assert lock.extensions == 0
+    lock.extend()
+    assert lock.extensions == 1
+    with pytest.raises(TooManyExtensions):
+        lock.extend()
+    lock.release()

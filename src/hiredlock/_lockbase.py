@@ -274,7 +274,8 @@ class LockBase:
 
     @property
     def extensions(self) -> int:
-        """How many times extend() succeeded since the last acquire."""
+        """How many times extend() succeeded since the last acquire. Auto-renewals are not
+        counted, here or anywhere else (max_extensions does not cap them; max_hold does)."""
         return self._extensions
 
     @property

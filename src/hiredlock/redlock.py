@@ -79,7 +79,8 @@ class Redlock(ClientBase):
         auto_renew:       extend at about ttl/3 from a background thread while held; on a failed
                           renewal `lock.lost` is set and `on_lost(lock)` is called.
         max_hold:         with auto_renew, stop renewing this long after the acquire.
-        max_extensions:   extend() past this many times raises TooManyExtensions.
+        max_extensions:   extend() past this many times raises TooManyExtensions (auto-renewals
+                          are not counted).
         fencing:          `lock.fence` is then larger than every earlier holder's fence.
         wake:             woken by release notices while waiting (None: this Redlock's `wake`).
         fair:             a FairLock: blocking acquires are granted in the order they were made.
