@@ -16,7 +16,7 @@ import time
 import pytest
 from aio_support import run_async  # noqa: F401  (the fixture)
 from apis import make_redlock_fixture, pytest_generate_tests  # noqa: F401  (both APIs)
-from support import assert_no_key, kb, urls
+from support import EVENTUAL, assert_no_key, kb, urls
 from test_rwlock import rwlock
 
 from hiredlock.aio import AsyncRedlock
@@ -111,19 +111,24 @@ def test_each_kind_shared_by_threads_lets_one_in_at_a_time(make_redlock, masters
     assert not lasting_keys(servers, key), "left after the last release"
 
 
-def lasting_keys(servers, name: str) -> list:
+def lasting_keys(servers, name: str, timeout: float = EVENTUAL) -> list:
     """The keys of `name` (its own and its kind's) that would outlive a waiting window: a
     refused writer's or reader's waiting mark lasts the window (well under a second here), a
-    key left behind would last its ttl."""
-    found = []
-    for server in servers:
-        admin = server.admin()
-        found += [
-            (server.port, k, admin.pttl(k))
-            for k in admin.keys("*")
-            if kb(name) in k and b"fence" not in k and not 0 < admin.pttl(k) < 1000
-        ]
-    return found
+    key left behind would last its ttl. Polls until there are none, or the timeout: a master
+    that lagged may run the last release a moment after it returned."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = []
+        for server in servers:
+            admin = server.admin()
+            found += [
+                (server.port, k, admin.pttl(k))
+                for k in admin.keys("*")
+                if kb(name) in k and b"fence" not in k and not 0 < admin.pttl(k) < 1000
+            ]
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.01)
 
 
 def test_a_semaphore_shared_by_threads_admits_its_permits(make_redlock, masters5, key):

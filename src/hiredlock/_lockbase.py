@@ -59,7 +59,6 @@ class LockBase:
         "_fence",
         "_fencing",
         "_gate",
-        "_gated",
         "_generation",
         "_key",
         "_last_codes",
@@ -133,10 +132,9 @@ class LockBase:
         self._notices = session.notices if woken else None
         self._channel: Optional[bytes] = None  # _wake_channel(), made on first use
         self._mutex = threading.Lock()
-        # held by the thread or task of this process that holds the lock object (see _gate.py);
-        # _gated: whether it is held (left when the token is let go)
+        # held by the thread or task of this process that holds the lock object (see _gate.py),
+        # from its acquire() until the token is let go
         self._gate = self._new_gate()
-        self._gated = False
         self._generation = _fork.generation  # the process (see _fork) this state belongs to
         self._token: Optional[bytes] = None
         self._unlocked_token: Optional[bytes] = None  # the last token unlocked after an interrupt
@@ -305,7 +303,6 @@ class LockBase:
             return
         self._mutex = threading.Lock()
         self._gate = self._new_gate()
-        self._gated = False
         self._lost_event = None
         self._token = None
         self._lost = False
@@ -339,17 +336,14 @@ class LockBase:
             self._this_process()
         gate = self._gate
         if gate.try_enter():
-            self._gated = True
             return True
         return None if gate.mine() else False
 
     def _leave_gate_unless_held(self) -> None:
-        """After an acquire that ended without the lock: the gate goes to the next waiter."""
-        with self._mutex:
-            if not self._gated or self._token is not None:
-                return
-            self._gated = False
-        self._gate.leave()
+        """After an acquire that ended without the lock (or was interrupted anywhere): the
+        caller's gate goes to the next waiter."""
+        if self._token is None and self._gate.mine():
+            self._gate.leave()
 
     def _acquire_steps(self, blocking: Any, deadline_ns: Optional[int]) -> Steps:
         """Attempts until acquired (True), given up (False) or refused (an exception), until
@@ -540,10 +534,10 @@ class LockBase:
             self._fence = None
             self._valid_until_ns = 0
             self._acquisition += 1  # renewals of this acquisition are dropped
-            gated, self._gated = self._gated, False
         self._session.held.pop(id(self), None)
-        if gated:
-            self._gate.leave()
+        gate = self._gate
+        if gate.held:
+            gate.leave()
         return token, lost
 
     def _released(self, result: RoundResult, lost: bool) -> Optional[LockLost]:
@@ -830,6 +824,19 @@ def give_back_steps(lock: LockBase, token: bytes) -> Steps:
         yield from lock._unlock_steps(token)
 
 
+def give_back_many_steps(
+    locks: Sequence[LockBase], pairs: Optional[list[tuple[bytes, bytes]]] = None
+) -> Steps:
+    """Unlocks, after an interruption, the locks of a batch that were taken (they are let go)
+    and `pairs` (key, token) besides, in one clean-up round."""
+    pairs = list(pairs or ())
+    for lock in locks:
+        if lock._token is not None:
+            pairs.append((lock.key, lock._let_go()[0]))
+    if pairs:
+        yield from _unlock_keys(f"{len(pairs)} names", pairs, locks[0]._timeout_ms)
+
+
 def _unlock_keys(name: object, pairs: list[tuple[bytes, bytes]], timeout_ms: float) -> Steps:
     """The unlock of these (key, token) pairs on every master after an interruption (as
     LockBase._unlock_steps does for one lock)."""
@@ -870,7 +877,12 @@ def acquire_many_steps(session: Session, locks: Sequence[LockBase]) -> Steps:
     ttl_ms, timeout_ms = first._ttl_ms, first._timeout_ms
     tokens = [new_token() for _ in locks]
     start = time.monotonic_ns()
-    results = yield SET_NX, (keys, tokens, ttl_ms, timeout_ms)
+    try:
+        results = yield SET_NX, (keys, tokens, ttl_ms, timeout_ms)
+    except BaseException:
+        # interrupted: whatever the round set is unlocked on every master
+        yield from _unlock_keys(f"{len(keys)} names", list(zip(keys, tokens)), timeout_ms)
+        raise
     out: list[Optional[LockBase]] = []
     unlock: list[tuple[bytes, bytes]] = []
     unreachable = 0
@@ -885,7 +897,12 @@ def acquire_many_steps(session: Session, locks: Sequence[LockBase]) -> Steps:
         unreachable += _algorithm.quorum_unreachable(result[0], session.quorum)
         out.append(None)
     if unlock:
-        yield script(_scripts.RELEASE, 1, unlock, timeout_ms, True, honour_backoff=True)
+        try:
+            yield script(_scripts.RELEASE, 1, unlock, timeout_ms, True, honour_backoff=True)
+        except BaseException:
+            # interrupted: the names acquired are given back too, with the others
+            yield from give_back_many_steps(locks, unlock)
+            raise
     if unreachable == len(locks):
         raise QuorumUnreachable(
             f"too many masters failed to answer ({session.quorum} of "

@@ -313,6 +313,12 @@ MAX_REPLY_BYTES = 64 * 1024
 # A connection that owes this many replies to abandoned rounds is dropped rather than drained.
 MAX_STALE_REPLIES = 256
 
+# How long the clean-up round after an interruption (a Ctrl-C, a cancelled task) waits for the
+# masters' replies, at most: its unlocks are written to every master and need no answer (a
+# stopped master runs them when it resumes, behind what it had), so the interruption is not held
+# for a whole master timeout.
+CLEANUP_WAIT_MS = 100.0
+
 
 def quorum(n_masters: int) -> int:
     return n_masters // 2 + 1

@@ -11,9 +11,10 @@ A request is a pair (kind, arguments), cheap to make on every round:
     (SET_NX, (keys, tokens, ttl_ms, timeout_ms))    engine.set_nx's arguments
     (SCRIPT, (sha, source, numkeys, argvs, timeout_ms, wait_all, want_values, honour_backoff))
                                                     engine.run_script's arguments
-    (CLEANUP, the same as SCRIPT)                   a round made after an interruption: an
-                                                    asyncio driver shields it from a second
-                                                    cancellation; the blocking one just runs it
+    (CLEANUP, the same as SCRIPT)                   a round made after an interruption, waiting
+                                                    CLEANUP_WAIT_MS at most: an asyncio driver
+                                                    shields it from a second cancellation; the
+                                                    blocking one just runs it
     (PAUSE, (seconds, notices, channel, settle, seen))
                                                     wait before the next attempt: `seconds`,
                                                     or less when `notices` (the client's release
@@ -29,7 +30,7 @@ import time
 from collections.abc import Generator, Sequence
 from typing import Any, Optional
 
-from ._scripts import Script
+from ._scripts import CLEANUP_WAIT_MS, Script
 
 SET_NX = 0
 SCRIPT = 1
@@ -50,7 +51,10 @@ def script(
     honour_backoff: bool = False,
     kind: int = SCRIPT,
 ) -> Request:
-    """A request to run `script` for each argv on every master (see the engine contract)."""
+    """A request to run `script` for each argv on every master (see the engine contract); a
+    clean-up waits CLEANUP_WAIT_MS at most for the replies."""
+    if kind == CLEANUP and timeout_ms > CLEANUP_WAIT_MS:
+        timeout_ms = CLEANUP_WAIT_MS
     return kind, (
         script.sha,
         script.source,

@@ -83,13 +83,10 @@ class Lock(WithStatement, LockBase):
         deadline), or returns False at once with blocking=False.
         """
         deadline_ns = acquire_deadline(blocking, timeout, self._blocking_timeout)
-        gate = self._try_gate()
-        if gate is False and not (blocking and self._gate.enter(deadline_ns)):
-            return False  # another thread of this process held the lock object throughout
-        if gate is not None:
-            self._gated = True
         before = self._acquisition
         try:
+            if self._try_gate() is False and not (blocking and self._gate.enter(deadline_ns)):
+                return False  # another thread of this process held the lock object throughout
             acquired = run(self._acquire_steps(blocking, deadline_ns), self._rounds, self._pin)
         except BaseException:
             # An interrupt that came once the steps were over (the signal handler runs when the

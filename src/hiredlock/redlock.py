@@ -112,7 +112,13 @@ class Redlock(ClientBase):
         locks = [Lock(self, name, ttl) for name in names]
         pin = _lockbase.share_pin(locks)
         steps = _lockbase.acquire_many_steps(self._session, locks)
-        return run(steps, self._session.rounds, pin)
+        try:
+            return run(steps, self._session.rounds, pin)
+        except BaseException:
+            # An interrupt once the steps were over (a signal handler runs as the driver
+            # returns): the names they took are given back.
+            run(_lockbase.give_back_many_steps(locks), self._session.rounds, pin)
+            raise
 
     def release_many(self, locks: Iterable[Lock]) -> None:
         """Releases every lock in one round trip to each master.

@@ -20,6 +20,10 @@ class TaskGate:
         self._waiters: deque[asyncio.Future[None]] = deque()
         self.owner: Optional[asyncio.Task[object]] = None  # the task that entered last
 
+    @property
+    def held(self) -> bool:
+        return self._held
+
     def try_enter(self) -> bool:
         if self._held:
             return False

@@ -51,8 +51,8 @@ class AsyncLock(AsyncWithStatement, LockBase):
     body never runs unlocked), and releases on exit.
 
     Cancelling acquire() (task.cancel(), asyncio.timeout) never leaves a key behind: the unlock
-    goes out (shielded, bounded by the per-master timeout) before CancelledError propagates. A
-    cancelled release() still releases.
+    goes out (shielded; it waits about 100 ms at most for the replies) before CancelledError
+    propagates. A cancelled release() still releases.
     """
 
     __slots__ = ()
@@ -72,11 +72,8 @@ class AsyncLock(AsyncWithStatement, LockBase):
         another task's acquire() waits for its release (in the order they came, within the same
         deadline), or returns False at once with blocking=False."""
         deadline_ns = acquire_deadline(blocking, timeout, self._blocking_timeout)
-        gate = self._try_gate()
-        if gate is False and not (blocking and await self._gate.enter(deadline_ns)):
+        if self._try_gate() is False and not (blocking and await self._gate.enter(deadline_ns)):
             return False  # another task held the lock object throughout
-        if gate is not None:
-            self._gated = True
         try:
             acquired = await self._rounds.run(self._acquire_steps(blocking, deadline_ns))
         except BaseException:
