@@ -26,7 +26,7 @@ import time
 from typing import Any, Callable, Optional
 
 import pytest
-from apis import make_redlock_fixture, pytest_generate_tests  # noqa: F401  (both APIs)
+from apis import make_redlock_fixture, pytest_generate_tests, timed  # noqa: F401  (both APIs)
 from features_support import lock_keys, script_calls
 from support import EXTRA_SLACK, assert_values, kb, open_connections, urls, values, wait_until
 
@@ -260,8 +260,8 @@ def test_a_waiter_that_gives_up_leaves_the_queue_at_once(api, make_redlock, mast
     )
     for rl in (holder_rl, quitter_rl, next_rl):
         open_connections(rl)
-    # (a plain lock holds the name: a fair holder's ticket stays queued until its release, and
-    # the queue below is the waiters' only)
+    # (a plain lock holds the name: a fair holder's ticket stays queued while its key lives, a
+    # window at most, and the queue below is the waiters' only)
     holder = holder_rl.lock(key, 30)
     assert holder.acquire(blocking=False)
     quitter = quitter_rl.lock(key, 30, fair=True)
@@ -460,6 +460,91 @@ def test_a_waiter_behind_a_stalled_head_does_not_spin(api, make_redlock, masters
     lock.release()
     attempts = elapsed / (0.5 * RD) + 3  # the timer's most, and the first and last attempts
     assert calls <= 2 * attempts, f"{calls} scripts on a master in {elapsed:.3f} s"
+
+
+# -- a holder that never releases -----------------------------------------------------------------
+
+
+def test_a_holder_that_never_releases_hands_over_when_its_key_expires(
+    api, make_redlock, masters5, key
+):
+    """A fair holder (ttl 0.3 s, no renewal) never releases; a waiter asks while the key is
+    held. The waiter is told when the holder's key expires and tries then: it gets the lock
+    within the ttl and 2 x retry_delay of the holder's acquire (that try, and room for one more
+    after a round that failed on a loaded machine), after the holder's validity ran out (never
+    two holders), and not a waiting window later (3 x retry_delay + 2 master timeouts past the
+    holder's attempt: 1 s here), as if the holder were still first in line. (retry_delay 0.3 s:
+    the bound, 0.9 s, stays below that window with the room a loaded machine needs.)"""
+    rd = 0.3
+    holder_rl, rl = (make_redlock(urls(masters5), retry_delay=rd, master_timeout=MT) for _ in "ab")
+    for client in (holder_rl, rl):
+        open_connections(client)
+    holder = holder_rl.lock(key, 0.3, fair=True)
+    acquired, t_holder, _t1 = timed(holder.acquire, blocking=False)
+    assert acquired, "a free name was refused to an uncontended fair lock"
+    holder_held_at_grant: list[bool] = []
+    waiter = Waiter(
+        "next",
+        rl.lock(key, 0.3, fair=True),
+        lambda w: holder_held_at_grant.append(holder.held),
+        timeout=JOIN,
+    ).start()
+    asked = time.monotonic() - t_holder
+    assert asked < holder.ttl / 2, f"the waiter asked {asked:.3f} s after the holder acquired"
+    assert waiter.join().result is True
+    assert holder_held_at_grant == [False], "the waiter got the lock while the holder held it"
+    handover = waiter.t_done - t_holder
+    bound = holder.ttl + 2 * rd + EXTRA_SLACK
+    assert holder.ttl + 2 * rd < window_s(rd, MT)  # (the test tells the two apart)
+    assert handover <= bound, (
+        f"the waiter got the lock {handover:.3f} s after the holder (ttl {holder.ttl} s, "
+        f"retry_delay {rd} s: bound {bound:.3f} s)"
+    )
+
+
+def test_a_minority_win_gets_its_whole_place_back(api, make_redlock, masters5, key):
+    """A holder known on 3 of the 5 masters (set by hand); X (ttl 0.2 s, retry_delay 2 s,
+    wake=False: a 6.1 s window, and its next attempt 1 s later at the earliest) takes the lock
+    on the 2 free masters only, fails and unlocks. Where it took the lock its place had been
+    cut to the key's life; its unlock gives the window back: past X's ttl, X is still queued
+    on every master for most of its window, and Y, asking after it, is first on none of them."""
+    rd, ttl = 2.0, 0.2
+    window = window_s(rd, MT)
+    x_rl = make_redlock(urls(masters5), retry_delay=rd, master_timeout=MT, wake=False)
+    y_rl = make_redlock(urls(masters5), master_timeout=MT)
+    for rl in (x_rl, y_rl):
+        open_connections(rl)
+    for m in masters5[2:]:
+        m.admin().set(key, b"holder", px=10_000)
+    q, e = queue_keys(key)
+    x = Waiter("x", x_rl.lock(key, ttl, fair=True), timeout=JOIN)
+    y = y_rl.lock(key, ttl, fair=True)
+    x.start()
+    try:
+        wait_queued(masters5[2:], key, 1)
+        (ticket,) = {t for queue in queues(masters5[2:], key) for t in queue}
+        # (X's unlock deleted its keys on the 2 free masters)
+        wait_until(lambda: not any(m.admin().exists(key) for m in masters5[:2]), 5, "X's unlock")
+        left_ms = []
+        for m in masters5:
+            a = m.admin()
+            seconds, micros = a.time()
+            score = a.zscore(e, ticket)
+            left_ms.append(None if score is None else score - (seconds * 1000 + micros // 1000))
+        time.sleep(ttl + 0.05)  # past the key X took (the place that was cut to it)
+        queued = [m.admin().zscore(q, ticket) is not None for m in masters5]
+        y_got = y.acquire(blocking=False)
+        y_won = [str(v) for v in y.last_votes if v.outcome == Outcome.OK]
+    finally:
+        for m in masters5[2:]:
+            m.admin().delete(key)
+        x.join()
+    assert x.result is True
+    assert all(left is not None and left > window * 1000 - 1000 for left in left_ms), (
+        f"X's place on each master (ms left; window {window * 1000:.0f} ms): {left_ms}"
+    )
+    assert queued == [True] * 5, f"X, waiting, is queued on {queued} (per master)"
+    assert y_got is False and not y_won, f"Y, asking after X, took the lock on {y_won}"
 
 
 # -- 5. exclusion ----------------------------------------------------------------------------------

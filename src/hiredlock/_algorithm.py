@@ -89,14 +89,17 @@ def first_free_strays(codes: bytes, positions: Sequence[int], n_keys: int, kept:
 
 def free_in_ms(codes: bytes, values: Sequence[int], n_quorum: int) -> Optional[float]:
     """From the replies of RELEASE_AFTER_FAILURE (see _scripts): in how many ms a quorum of
-    masters will have the name free (the quorum-th earliest expiry), or None when that is not
-    known (too few masters answered, or the holder's keys have no expiry)."""
+    masters will have the name free (the quorum-th earliest expiry; 0 only when a quorum had it
+    free already), or None when that is not known (too few masters answered, or the holder's
+    keys have no expiry)."""
     free_at = []
     for code, value in zip(codes, values):
         if code == _OK or (code == _TAKEN and value == 0):
             free_at.append(0)
         elif code == _TAKEN and value <= -2:
-            free_at.append(-2 - value)
+            # (a PTTL of p ms is read in whole ms of the master's clock, and the key lives until
+            # that clock has passed p: up to p + 1 ms; a waiter that came sooner would be refused)
+            free_at.append(-1 - value)
     if len(free_at) < n_quorum:
         return None
     free_at.sort()

@@ -26,7 +26,7 @@ class KeyState(NamedTuple):
     detail: Optional[str] = None
     # the name's other kinds on this master (None when it did not answer): a read-write lock's
     # writer and live readers, and the fair lock's live tickets in the queue (its waiters, and
-    # its holder's for up to one waiting window after it took the lock)
+    # its holder's while its key lives there, for up to one waiting window after it took the lock)
     writer: Optional[bool] = None
     readers: Optional[int] = None
     waiting: Optional[int] = None

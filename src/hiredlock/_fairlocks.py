@@ -10,6 +10,10 @@ no two waiters can each be first on a part of the masters and block each other.
 A waiter's place lasts the waiting window (_algorithm.waiting_window_ms) past its last attempt:
 a waiter that died leaves the queue within it. A call that gives up (deadline, blocking=False,
 an exception) leaves the queue at once; a release leaves it and wakes the next (FAIR_RELEASE).
+Where an attempt takes the lock, its place lasts only as long as the key it took there (a window
+at most): a holder that never releases holds the next waiter back until its key expires, not a
+window past its attempt. An attempt that failed gives its place the whole window back where it
+had taken the lock (FAIR_UNDO, its unlock): a waiter keeps its place on every master.
 The retry, deadline, unlock, renewal and cancellation logic is LockBase's.
 """
 
@@ -23,7 +27,7 @@ from . import _algorithm, _scripts
 from ._config import Duration
 from ._contract import RoundResult
 from ._lockbase import LockBase
-from ._steps import CLEANUP, Request, Steps, script
+from ._steps import CLEANUP, SCRIPT, Request, Steps, script
 from ._tokens import new_token
 
 _log = logging.getLogger("hiredlock")
@@ -66,19 +70,41 @@ class FairBase(LockBase):
         if self._ticket is None:  # (the call's first attempt)
             self._ticket = new_token()
             self._order = b"%d" % (time.time_ns() // 1000)
-        argv = (self._key, *self._queue, token, b"%d" % self._ttl_ms, self._ticket)
         return script(
             _scripts.FAIR_ACQUIRE,
             3,
-            ((*argv, self._order, self._window),),
+            (self._attempt_argv(token),),
             self._timeout_ms,
             False,
             honour_backoff=True,
         )
 
+    def _attempt_argv(self, token: bytes) -> tuple[bytes, ...]:
+        """FAIR_ACQUIRE's (and FAIR_UNDO's) keys and arguments for this call's attempt."""
+        ticket = self._ticket or b""
+        ttl = b"%d" % self._ttl_ms
+        return (self._key, *self._queue, token, ttl, ticket, self._order, self._window)
+
+    def _unlock_request(self, token: bytes, kind: int, expiry: bool = False) -> Request:
+        """After a failed attempt (kind SCRIPT), the ticket gets back its place for the window
+        where the attempt took the lock (FAIR_UNDO). After an interrupted one (CLEANUP), a
+        lock's unlock: the call leaves the queue next (_acquire_steps)."""
+        if kind != SCRIPT or self._ticket is None:
+            return LockBase._unlock_request(self, token, kind, expiry)
+        return script(
+            _scripts.FAIR_UNDO,
+            3,
+            (self._attempt_argv(token),),
+            self._timeout_ms,
+            True,
+            want_values=expiry,
+            honour_backoff=True,
+        )
+
     def _free_in(self, unlocked: RoundResult) -> Optional[float]:
         """The holder's expiry, when the lock is held: a waiter refused while it was free was
-        not first in the queue, and waits for a notice (the queue moving) or its timer."""
+        not first in the queue, and waits for a notice (the queue moving) or its timer. (Where
+        the key went after the attempt and this waiter is first, FAIR_UNDO says it expires now.)"""
         free_in = LockBase._free_in(self, unlocked)
         return free_in if free_in else None
 

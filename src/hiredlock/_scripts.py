@@ -324,24 +324,61 @@ def quorum(n_masters: int) -> int:
     return n_masters // 2 + 1
 
 
-# A fair lock's attempt. KEYS: the lock, the queue, the expiries; ARGV: token, ttl ms, ticket,
-# order, the waiting window ms. Forgets the waiters whose time ran out, (re)queues this one for
-# the window, and takes the lock only when this waiter is first in the queue and it is free. The
-# ticket stays queued until the call ends (the release or the leave takes it out): an attempt
-# that took a minority of the masters keeps its place on them. The queue's keys live as long as
-# the longest window of the waiters touching them (never shortened by a client whose own window
-# is shorter).
-FAIR_ACQUIRE = _script(
-    _NOW + "local gone = redis.call('zrangebyscore', KEYS[3], '-inf', now) "
-    "for _, ticket in ipairs(gone) do redis.call('zrem', KEYS[2], ticket) end "
-    "redis.call('zremrangebyscore', KEYS[3], '-inf', now) "
+# (Lua: queues the ticket ARGV[3] under its order ARGV[4] for the waiting window ARGV[5] ms. The
+# queue's keys live as long as the longest window of the waiters touching them: never shortened
+# by a client whose own window is shorter.)
+_FAIR_QUEUE = (
     "redis.call('zadd', KEYS[2], ARGV[4], ARGV[3]) "
     "redis.call('zadd', KEYS[3], now + ARGV[5], ARGV[3]) "
     "for i = 2, 3 do if redis.call('pttl', KEYS[i]) < tonumber(ARGV[5]) then "
     "redis.call('pexpire', KEYS[i], ARGV[5]) end end "
-    "if redis.call('zrange', KEYS[2], 0, 0)[1] ~= ARGV[3] then return 0 end "
-    "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end "
+)
+
+# (Lua: forgets the waiters whose place ran out.)
+_FAIR_FORGET = (
+    "local gone = redis.call('zrangebyscore', KEYS[3], '-inf', now) "
+    "for _, ticket in ipairs(gone) do redis.call('zrem', KEYS[2], ticket) end "
+    "redis.call('zremrangebyscore', KEYS[3], '-inf', now) "
+)
+
+# A fair lock's attempt. KEYS: the lock, the queue, the expiries; ARGV: token, ttl ms, ticket,
+# order, the waiting window ms. Forgets the waiters whose time ran out, (re)queues this one for
+# the window, and takes the lock only when this waiter is first in the queue and it is free.
+# Where it takes the lock, the ticket's place lasts only as long as the key it took (the window
+# at most; 1 ms less: it never outlives that key on this master's clock): a
+# holder that never releases holds the next waiter back until its key expires, not a window
+# past its attempt. The ticket stays queued otherwise until the call ends (the release or the
+# leave takes it out), and an attempt that took a minority of the masters gets its full place
+# back there with its unlock (FAIR_UNDO): a waiter keeps its place on every master.
+FAIR_ACQUIRE = _script(
+    _NOW
+    + _FAIR_FORGET
+    + _FAIR_QUEUE
+    + "if redis.call('zrange', KEYS[2], 0, 0)[1] ~= ARGV[3] then return 0 end "
+    "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
+    "redis.call('zadd', KEYS[3], now + math.min(tonumber(ARGV[2]), tonumber(ARGV[5])) - 1, "
+    "ARGV[3]) return 1 end "
     "return 0"
+)
+
+# The unlock after a fair lock's failed attempt (FAIR_ACQUIRE's KEYS and ARGV):
+# RELEASE_AFTER_FAILURE's, with the same replies, but for two things. Where the key was ours, the
+# ticket is queued for the window again (its place had been cut to the key's life): it tries
+# again from that place. Where the key is missing and the ticket is first in line, the reply is
+# -2 (a PTTL of 0), not 0: the key, or a waiter ahead, that refused the attempt went since, and
+# the waiter tries again at once; a waiter that is not first waits for a notice or its timer.
+FAIR_UNDO = _script(
+    _NOW + _FAIR_FORGET + "local holder = redis.call('get', KEYS[1]) "
+    "if holder == ARGV[1] then redis.call('del', KEYS[1]) "
+    + _FAIR_QUEUE
+    + _ANNOUNCE
+    + "return 1 end "
+    "if not holder then "
+    "if redis.call('zrange', KEYS[2], 0, 0)[1] == ARGV[3] then return -2 end "
+    "return 0 end "
+    "local pttl = redis.call('pttl', KEYS[1]) "
+    "if pttl < 0 then return -1 end "
+    "return -2 - pttl"
 )
 
 # A fair lock's release, or a waiter leaving the queue (token ""): the ticket leaves the queue,

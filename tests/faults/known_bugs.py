@@ -63,8 +63,9 @@ B4 = "library bug B4 (fixed)"
 # tests/test_fault_fairlock.py::test_a_shorter_window_keeps_a_waiters_place.
 B5 = "library bug B5 (fixed): a shorter-window client's attempt shortened the fair queue's TTL"
 
-# B6 (FIXED: the ticket stays queued until the call ends): fair lock.  FAIR_ACQUIRE removed the
-# ticket from a master's queue as soon as the
+# B6 (FIXED: a ticket stays queued until its call ends; where it took the lock, for as long as
+# that key, and a failed attempt's unlock gives it the whole window back): fair lock.
+# FAIR_ACQUIRE removed the ticket from a master's queue as soon as the
 # attempt takes the lock *on that master*, before the round knows whether it won a quorum.  An
 # attempt that wins only some masters (the lock still held on the others: a release not applied
 # there yet, a holder known on some masters only, a faulted master) fails, unlocks, and leaves
