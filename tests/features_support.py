@@ -5,8 +5,8 @@
   unchanged sum over a window proves that nothing of ours ran a script on that master meanwhile.
 * `LeakCheck` (fixture `leakcheck`): the baseline of threads and library connections taken when a
   test starts, and `close_and_check(...)`, which closes Redlocks and then asserts that no watchdog
-  thread, no library connection and no lock key is left (fence counters may stay: they are meant to
-  persist).
+  or on_lost thread, no library connection and no lock key is left (fence counters may stay: they
+  are meant to persist).
 * `fence_worker`: the body of a fencing process (multiprocessing, spawn context).
 """
 
@@ -20,6 +20,7 @@ from servers import ADMIN_NAME
 from support import EVENTUAL, EXTRA_SLACK, wait_until
 
 WATCHDOG_PREFIX = "hiredlock-watchdog-"
+ON_LOST_PREFIX = "hiredlock-on-lost-"  # the thread that runs on_lost after a failed renewal
 FENCE_PREFIX = b"hiredlock:fence:"
 
 # Added to every upper time bound of these tests (loaded 2-core machine, two engines).
@@ -51,6 +52,10 @@ def lib_addrs(servers) -> dict[int, set]:
 
 def watchdog_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith(WATCHDOG_PREFIX)]
+
+
+def on_lost_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(ON_LOST_PREFIX)]
 
 
 def all_keys(server) -> list[bytes]:
@@ -96,8 +101,8 @@ class LeakCheck:
         library's connections back to the baseline, no lock key (SCAN; fence counters allowed)."""
         for rl in redlocks:
             rl.close()
-        left = watchdog_threads()
-        assert not left, f"watchdog thread(s) alive right after {what}: {left}"
+        left = watchdog_threads() + on_lost_threads()
+        assert not left, f"watchdog or on_lost thread(s) alive right after {what}: {left}"
         wait_until(
             lambda: set(threading.enumerate()) <= self.threads_before,
             5,

@@ -1,29 +1,35 @@
 """Feature 2: auto_renew.  A watchdog thread per Redlock extends held locks every ~ttl/3; it stops
 after release(), after rl.close(), when the owner thread has ended, and max_hold after the acquire;
-a failed renewal marks the lock lost (lock.lost, on_lost(lock), validity 0, release() -> LockLost).
+a failed renewal marks the lock lost (lock.lost, on_lost(lock), validity 0, release() -> LockLost);
+on_lost then runs on a thread of its own, so that a slow callback delays no other renewal.
 
 Renewals are observed on the masters themselves: PTTL of the key, and INFO commandstats (EVALSHA +
 EVAL calls), which nothing but the library's scripts increments."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
 import pytest
+from aio_support import run_async  # noqa: F401  (the fixture)
 from features_support import (  # noqa: F401  (the leakcheck fixture)
     MT,
+    ON_LOST_PREFIX,
     SLACK,
     WATCHDOG_PREFIX,
     leakcheck_fixture,
+    lib_addrs,
     pttls,
     script_calls,
     wait_key_gone,
     watchdog_threads,
 )
-from support import assert_no_key, assert_values, urls, wait_until
+from support import assert_no_key, assert_values, urls, values, wait_until
 
 from hiredlock import LockLost
+from hiredlock.aio import AsyncRedlock
 
 TTL = 1.0
 RENEW_INTERVAL = TTL / 3
@@ -106,7 +112,8 @@ def test_majority_down_marks_lost(engine, make_redlock, masters5, key, leakcheck
     time.sleep(2 * RENEW_INTERVAL)
     assert len(calls) == 1, calls
     assert calls[0][0] is lock
-    assert calls[0][1].startswith(WATCHDOG_PREFIX), f"on_lost ran in {calls[0][1]}"
+    # (not in the watchdog's thread: a slow callback would delay the other locks' renewals)
+    assert calls[0][1].startswith(ON_LOST_PREFIX), f"on_lost ran in {calls[0][1]}"
     with pytest.raises(LockLost):
         lock.release()
     live = masters5[3:]
@@ -268,6 +275,102 @@ def test_raising_on_lost_does_not_stop_other_renewals(
     with pytest.raises(LockLost):
         doomed.release()
     leakcheck.close_and_check(rl)
+
+
+def test_slow_on_lost_does_not_stall_other_renewals(engine, make_redlock, masters5, key, leakcheck):
+    """One lock's on_lost blocks for 3 s; the Redlock's other lock (ttl 0.5 s: it would expire
+    six times over if its renewals waited for the callback) is renewed throughout, and the lost
+    lock's `lost` is set before its callback runs."""
+    ttl = 0.5
+    stall = 3.0
+    rl = make_redlock(urls(masters5), master_timeout=MT)
+    started = threading.Event()
+    finished = threading.Event()
+    seen_lost = []
+
+    def slow_callback(lk):
+        seen_lost.append(lk.lost.is_set())
+        started.set()
+        time.sleep(stall)
+        finished.set()
+
+    doomed = rl.lock(key + ":doomed", ttl, auto_renew=True, on_lost=slow_callback)
+    kept_lost = []
+    kept = rl.lock(key + ":kept", ttl, auto_renew=True, on_lost=kept_lost.append)
+    assert doomed.acquire(blocking=False) and kept.acquire(blocking=False)
+    assert_values(masters5, key + ":doomed", doomed.token)  # no late SET re-creates it
+    for m in masters5:
+        m.admin().delete(key + ":doomed")  # its next renewal finds it gone
+    assert started.wait(ttl + SLACK + 1), "the doomed lock's on_lost was not called"
+    assert seen_lost == [True], "on_lost ran before lock.lost was set"
+    assert finished.wait(stall + SLACK + 2), "the slow on_lost did not return"
+    assert not kept.lost.is_set() and not kept_lost, (
+        f"the kept lock was lost while another lock's on_lost ran: PTTL="
+        f"{pttls(masters5, key + ':kept')}"
+    )
+    held_by_kept = sum(v == kept.token.encode() for v in values(masters5, key + ":kept"))
+    assert held_by_kept >= 3, f"the kept lock's key: {values(masters5, key + ':kept')}"
+    kept.release()
+    with pytest.raises(LockLost):
+        doomed.release()
+    leakcheck.close_and_check(rl)
+
+
+def test_slow_async_on_lost_does_not_stall_other_renewals(
+    engine,
+    masters5,
+    key,
+    run_async,  # noqa: F811
+):
+    """AsyncRedlock: one lock's on_lost (a coroutine function) takes 3 s; the client's other
+    lock (ttl 0.5 s) is renewed throughout by its own task, and `lost` is set before the
+    callback runs. (A plain on_lost runs in the loop: it must not block, see the README.)"""
+    ttl = 0.5
+    stall = 3.0
+    threads_before = set(threading.enumerate())
+    clients_before = lib_addrs(masters5)
+
+    async def main():
+        rl = AsyncRedlock(urls(masters5), backend=engine, master_timeout=MT)
+        started = asyncio.Event()
+        finished = asyncio.Event()
+        seen_lost = []
+
+        async def slow_callback(lk):
+            seen_lost.append(lk.lost.is_set())
+            started.set()
+            await asyncio.sleep(stall)
+            finished.set()
+
+        doomed = rl.lock(key + ":doomed", ttl, auto_renew=True, on_lost=slow_callback)
+        kept_lost = []
+        kept = rl.lock(key + ":kept", ttl, auto_renew=True, on_lost=kept_lost.append)
+        assert await doomed.acquire(blocking=False) and await kept.acquire(blocking=False)
+        for m in masters5:
+            m.admin().delete(key + ":doomed")  # its next renewal finds it gone
+        await asyncio.wait_for(started.wait(), ttl + SLACK + 1)
+        assert seen_lost == [True], "on_lost ran before lock.lost was set"
+        await asyncio.wait_for(finished.wait(), stall + SLACK + 2)
+        assert not kept.lost.is_set() and not kept_lost, (
+            f"the kept lock was lost while another lock's on_lost ran: PTTL="
+            f"{pttls(masters5, key + ':kept')}"
+        )
+        held_by_kept = sum(v == kept.token.encode() for v in values(masters5, key + ":kept"))
+        assert held_by_kept >= 3, f"the kept lock's key: {values(masters5, key + ':kept')}"
+        await kept.release()
+        with pytest.raises(LockLost):
+            await doomed.release()
+        await rl.aclose()
+        return [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+    left = run_async(main())
+    assert not left, f"tasks left running after aclose(): {left}"
+    assert set(threading.enumerate()) <= threads_before, "a thread outlived aclose()"
+    wait_until(
+        lambda: all(now <= clients_before[p] for p, now in lib_addrs(masters5).items()),
+        5,
+        "no library connection left after aclose()",
+    )
 
 
 def test_manual_extend_failure_marks_lost(engine, make_redlock, masters5, key, leakcheck):

@@ -218,6 +218,10 @@ class LockBase:
     def _after_on_lost(self, outcome: Any) -> None:
         """What on_lost returned (an asyncio lock awaits a coroutine's)."""
 
+    def _call_on_lost_soon(self) -> None:
+        """Calls on_lost for a loss a renewal found, where it cannot delay other renewals."""
+        self._call_on_lost()
+
     # -- state ---------------------------------------------------------------------------------
 
     @property
@@ -598,9 +602,10 @@ class LockBase:
         self._last_votes = self._session.votes(result)
         return result
 
-    def _mark_lost(self, acquisition: int, why: Optional[str]) -> bool:
-        """Marks this acquisition lost (if it is still the current one) and tells the owner;
-        False when it is not the current one any more."""
+    def _mark_lost(self, acquisition: int, why: Optional[str], renewal: bool = False) -> bool:
+        """Marks this acquisition lost (if it is still the current one) and tells the owner:
+        `lost` is set first, then on_lost runs (here, or where it cannot delay other renewals
+        when a renewal found the loss); False when it is not the current one any more."""
         with self._mutex:
             if acquisition != self._acquisition or self._token is None:
                 return False
@@ -608,7 +613,11 @@ class LockBase:
         if why is not None:
             _log.warning("hiredlock: lost %r: %s", self._name, why)
         self.lost.set()
-        self._call_on_lost()
+        if self._on_lost is not None:
+            if renewal:
+                self._call_on_lost_soon()
+            else:
+                self._call_on_lost()
         return True
 
     def _call_on_lost(self) -> None:
@@ -667,6 +676,7 @@ class LockBase:
             "could not be extended on a quorum [{}]".format(
                 "; ".join(str(vote) for vote in self._last_votes)
             ),
+            renewal=True,
         )
         return None
 

@@ -1,4 +1,6 @@
-"""The watchdog: one thread per Redlock that extends its auto-renewed locks at about ttl/3."""
+"""The watchdog: one thread per Redlock that extends its auto-renewed locks at about ttl/3, and
+another that runs the on_lost callbacks of the locks its renewals found lost (so that a slow
+callback never delays a renewal)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import logging
 import threading
 import time
 import weakref
+from collections import deque
 from typing import Callable, Optional
 
 Renewal = Callable[[int], Optional[int]]  # a lock's renewal: acquisition -> when next, or None
@@ -23,10 +26,14 @@ class Watchdog:
     (nor renewed) by the watchdog. The thread starts with the first watched lock and ends in
     close(), which waits for it. A forked child never uses its parent's watchdog (its thread
     does not exist there): the Redlock makes the child a new one.
+
+    call_soon() runs a callback on the callbacks' thread (see Callbacks): renewals never wait
+    for it.
     """
 
     def __init__(self, name: str) -> None:
         self._name = name
+        self._callbacks = Callbacks(name)
         self._wakeup = threading.Condition(threading.Lock())
         # (when ns, seq, the lock's renewal, acquisition)
         self._due: list[tuple[int, int, weakref.WeakMethod, int]] = []
@@ -54,8 +61,13 @@ class Watchdog:
             self._wakeup.notify()
             return True
 
+    def call_soon(self, callback: Callable[[], None]) -> None:
+        """Runs `callback` (which handles its own exceptions) on the callbacks' thread."""
+        self._callbacks.call_soon(callback)
+
     def close(self) -> None:
-        """Stops renewing and waits for the thread (a renewal in flight finishes first)."""
+        """Stops renewing and waits for the thread (a renewal in flight finishes first), then
+        for the callbacks still queued or running."""
         with self._wakeup:
             self._closed = True
             self._due.clear()
@@ -63,6 +75,7 @@ class Watchdog:
             self._wakeup.notify()
         if thread is not None and thread is not threading.current_thread():
             thread.join()
+        self._callbacks.close()
 
     def _run(self) -> None:
         while True:
@@ -87,3 +100,65 @@ class Watchdog:
             if next_due is not None:
                 self.watch(renewal, acquisition, next_due)
             del renewal  # hold no reference while waiting: a dropped lock must be collectable
+
+
+class Callbacks:
+    """Runs callbacks one after another on a thread of their own: started by the first callback,
+    ended as soon as none is left (the next one starts another). A slow callback delays only the
+    callbacks after it.
+
+    close() waits until the callbacks already queued have run and the thread has ended; after
+    it, a callback runs at once in the caller's thread, as it does when no thread can start.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._mutex = threading.Lock()
+        self._queue: deque[Callable[[], None]] = deque()
+        self._thread: Optional[threading.Thread] = None  # the last one started
+        self._running = False  # whether it still takes callbacks from the queue
+        self._closed = False
+
+    def call_soon(self, callback: Callable[[], None]) -> None:
+        with self._mutex:
+            if not self._closed:
+                self._queue.append(callback)
+                if self._running:
+                    return
+                thread = threading.Thread(
+                    target=self._run,
+                    args=(self._thread,),
+                    name=f"hiredlock-on-lost-{self._name}",
+                    daemon=True,
+                )
+                try:
+                    thread.start()
+                except RuntimeError:  # "can't start new thread": out of threads or shutting down
+                    self._queue.pop()
+                else:
+                    self._thread = thread
+                    self._running = True
+                    return
+        callback()
+
+    def close(self) -> None:
+        with self._mutex:
+            self._closed = True
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _run(self, previous: Optional[threading.Thread]) -> None:
+        if previous is not None:
+            previous.join()  # (it was ending: joining this thread joins every one before it)
+        while True:
+            with self._mutex:
+                if not self._queue:
+                    self._running = False
+                    return
+                callback = self._queue.popleft()
+            try:
+                callback()
+            except Exception:  # (the callbacks log their own: this is a last resort)
+                _log.exception("hiredlock: a callback raised")
+            del callback

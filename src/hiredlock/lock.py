@@ -147,6 +147,10 @@ class Lock(WithStatement, LockBase):
     def _start_renewal(self, acquisition: int, due_ns: int) -> bool:
         return self._session.watchdog().watch(self._renew, acquisition, due_ns)
 
+    def _call_on_lost_soon(self) -> None:
+        # on the watchdog's callbacks thread: a slow on_lost delays no renewal
+        self._session.watchdog().call_soon(self._call_on_lost)
+
     def _renew(self, acquisition: int) -> Optional[int]:
         """One renewal of `acquisition` (the watchdog calls it); when to renew next, or None."""
         return run(self._renew_steps(acquisition), self._rounds, self._pin)

@@ -77,7 +77,8 @@ class Redlock(ClientBase):
 
         blocking_timeout: how long `with lock:` waits (None: until acquired).
         auto_renew:       extend at about ttl/3 from a background thread while held; on a failed
-                          renewal `lock.lost` is set and `on_lost(lock)` is called.
+                          renewal `lock.lost` is set and `on_lost(lock)` is called (on a
+                          thread of its own: a slow callback delays no renewal).
         max_hold:         with auto_renew, stop renewing this long after the acquire.
         max_extensions:   extend() past this many times raises TooManyExtensions (auto-renewals
                           are not counted).

@@ -55,7 +55,8 @@ class AsyncRedlock(ClientBase):
         fair: bool = False,
     ) -> AsyncLock:
         """As Redlock.lock(); auto_renew renews from a task of this loop, and on_lost may be a
-        plain or a coroutine function."""
+        plain function (run in the loop: it must not block) or a coroutine function (run as a
+        task of its own)."""
         fair = fair if fair is False else _config.flag(fair, "fair")
         return (AsyncFairLock if fair else AsyncLock)(
             self,

@@ -81,7 +81,7 @@ def _run(options: argparse.Namespace, urls: list[str], source: str) -> int:
 
 
 def _wake(_lock: object) -> None:
-    """on_lost, in the watchdog thread: wakes the main thread out of sigtimedwait()."""
+    """on_lost, in the on_lost thread: wakes the main thread out of sigtimedwait()."""
     os.kill(os.getpid(), signal.SIGCHLD)
 
 
