@@ -16,19 +16,25 @@ import threading
 import time
 
 import pytest
+from aio_support import run_async  # noqa: F401  (the fixture)
 from apis import make_redlock_fixture, pytest_generate_tests, sync_only, timed  # noqa: F401
 from features_support import MT, lock_keys
 from support import (
     EVENTUAL,
     EXTRA_SLACK,
+    FOREIGN,
     assert_no_key,
     assert_values,
     in_child,
     open_connections,
+    set_foreign,
     urls,
     values,
     wait_until,
 )
+
+from hiredlock import HiredlockError
+from hiredlock.aio import AsyncRedlock
 
 CHANNEL_PREFIX = b"hiredlock:released:"
 NOTICES_THREAD_PREFIX = "hiredlock-notices-"
@@ -660,3 +666,160 @@ def test_a_forked_child_is_woken_through_its_own_subscriber(api, make_redlock, m
     holder_a.release()
     assert_woken(parent_waiter, released_a, "the parent's waiter")
     lock_a.release()
+
+
+# -- asyncio: the notices cost nothing while tasks wait ------------------------------------------
+
+NOTICES_MODULE = "hiredlock.aio._notices"  # whose timers TimerLog keeps
+MANY = 200
+
+
+class TimerLog(asyncio.SelectorEventLoop):
+    """An event loop that keeps the timers the code of one module schedules (call_later goes
+    through call_at): how many ran, how many were scheduled, and the most pending at once."""
+
+    def __init__(self, module: str) -> None:
+        super().__init__()
+        self.module = module
+        self.entries: list[list] = []  # [handle, ran]
+        self.scheduled = 0
+        self.ran = 0
+        self.most_pending = 0
+
+    def call_at(self, when, callback, *args, context=None):
+        if getattr(callback, "__module__", None) != self.module:
+            return super().call_at(when, callback, *args, context=context)
+        entry: list = [None, False]
+
+        def run(*run_args):
+            entry[1] = True
+            self.ran += 1
+            callback(*run_args)
+
+        entry[0] = super().call_at(when, run, *args, context=context)
+        self.entries.append(entry)
+        self.scheduled += 1
+        self.most_pending = max(self.most_pending, self.pending())
+        return entry[0]
+
+    def pending(self) -> int:
+        self.entries = [e for e in self.entries if not e[1] and not e[0].cancelled()]
+        return len(self.entries)
+
+
+def library_client_ids(servers) -> dict[int, set[str]]:
+    return {s.port: {c["id"] for c in s.foreign_clients()} for s in servers}
+
+
+def new_client_ids(servers, since) -> dict[int, set[str]]:
+    now = library_client_ids(servers)
+    return {port: ids - since[port] for port, ids in now.items() if ids - since[port]}
+
+
+@pytest.mark.parametrize("ending", ["waits-end", "aclose"])
+def test_many_async_waiters_one_notices_timer(engine, masters5, key, ending):
+    """200 tasks of one AsyncRedlock wait on 200 names held by others: the client's notices keep
+    one timer at most pending (not one per name, nor one per waiting task: their retry timers
+    included), and none runs while nothing but waiting happens.
+    "waits-end": the waits are cancelled; the notices end on their own (subscribers closed, no
+    timer). "aclose": aclose() right after the waits ended, while their channels are still
+    subscribed: no timer is left, and no connection is opened to a master afterwards."""
+    names = [f"{key}:{i}" for i in range(MANY)]
+    for name in names:
+        set_foreign(masters5, name)
+    loop = TimerLog(NOTICES_MODULE)
+    subscribers_before = {s.port: pubsub_ids(s) for s in masters5}
+
+    def our_subscribers() -> dict[int, set[str]]:
+        return {s.port: pubsub_ids(s) - subscribers_before[s.port] for s in masters5}
+
+    async def main() -> None:
+        rl = AsyncRedlock(urls(masters5), backend=engine, master_timeout=MT, retry_delay=SLOW_RETRY)
+        locks = [rl.lock(name, HOLD_TTL) for name in names]
+        tasks = [asyncio.create_task(lock.acquire()) for lock in locks]
+        channels = [channel(name) for name in names]
+        deadline = time.monotonic() + 30
+        while not all(
+            count == 1 for s in masters5 for _, count in s.admin().pubsub_numsub(*channels)
+        ):
+            assert time.monotonic() < deadline, "the waiters did not all subscribe in 30 s"
+            await asyncio.sleep(0.05)
+        assert all(lock.last_votes for lock in locks) and not any(t.done() for t in tasks)
+        # Only waiting: no timer of the notices runs (or is scheduled) for a second.
+        scheduled, ran = loop.scheduled, loop.ran
+        await asyncio.sleep(1.0)
+        assert (loop.scheduled - scheduled, loop.ran - ran) == (0, 0), (
+            f"while {MANY} tasks waited, the notices scheduled {loop.scheduled - scheduled} "
+            f"timers and ran {loop.ran - ran} in 1 s"
+        )
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if ending == "aclose":
+            await rl.aclose()
+            assert loop.pending() == 0, f"{loop.pending()} notices timers pending after aclose()"
+            opened = library_client_ids(masters5)
+            # (the channels would have lingered 2 s, the connections 2 s more)
+            await asyncio.sleep(4.5)
+            assert loop.pending() == 0, f"{loop.pending()} notices timers pending after aclose()"
+            assert not new_client_ids(masters5, opened), (
+                f"connections opened after aclose(): {new_client_ids(masters5, opened)}"
+            )
+        else:
+            deadline = time.monotonic() + 10
+            while loop.pending() or any(our_subscribers().values()):
+                assert time.monotonic() < deadline, (
+                    f"10 s after the waits ended: {loop.pending()} notices timers pending, "
+                    f"subscribers {our_subscribers()}"
+                )
+                await asyncio.sleep(0.05)
+            quiet = library_client_ids(masters5)
+            scheduled = loop.scheduled
+            await asyncio.sleep(1.0)
+            assert loop.scheduled == scheduled, "the notices scheduled a timer with no waiter"
+            assert not new_client_ids(masters5, quiet), "a connection was opened with no waiter"
+            await rl.aclose()
+            assert loop.pending() == 0
+
+    try:
+        loop.run_until_complete(asyncio.wait_for(main(), 120))
+    finally:
+        loop.close()
+    assert loop.most_pending <= 1, (
+        f"the notices had {loop.most_pending} timers pending at once for {MANY} waiting tasks"
+    )
+    for name in names:
+        assert values(masters5, name) == [FOREIGN] * len(masters5)
+
+
+def test_aclose_ends_the_waits_at_once(engine, masters5, key, run_async):  # noqa: F811
+    """Tasks waiting for a notice (their retry timers 10 to 30 s away) when aclose() is called
+    stop waiting then: their acquires raise HiredlockError well before any timer, and hold
+    nothing."""
+    names = [f"{key}:{i}" for i in range(3)]
+    for name in names:
+        set_foreign(masters5, name)
+    subscribers_before = {s.port: pubsub_ids(s) for s in masters5}
+
+    async def main() -> list:
+        rl = AsyncRedlock(urls(masters5), backend=engine, master_timeout=MT, retry_delay=SLOW_RETRY)
+        locks = [rl.lock(name, HOLD_TTL) for name in names]
+        tasks = [asyncio.create_task(lock.acquire()) for lock in locks]
+        deadline = time.monotonic() + 10
+        while not all(subscribers(s, name) == 1 for s in masters5 for name in names):
+            assert time.monotonic() < deadline, "the waiters did not subscribe in 10 s"
+            await asyncio.sleep(0.05)
+        await rl.aclose()
+        done, _pending = await asyncio.wait(tasks, timeout=WAIT_S)
+        assert len(done) == len(tasks), "aclose() left acquires waiting for their timers"
+        return [task.exception() for task in tasks]
+
+    errors = run_async(main())
+    assert all(isinstance(error, HiredlockError) for error in errors), errors
+    for name in names:
+        assert values(masters5, name) == [FOREIGN] * len(masters5)
+    wait_until(
+        lambda: all(pubsub_ids(s) <= subscribers_before[s.port] for s in masters5),
+        5,
+        "no subscriber connection left after aclose()",
+    )

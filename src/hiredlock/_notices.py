@@ -16,8 +16,9 @@ failed attempt and the subscription would otherwise be missed.
 NoticeBoard is the state, without I/O of its own: the subscribers (non-blocking connections,
 TLS and login included) and the waiters per channel. ThreadNotices drives it from a thread for
 the blocking API (started by the first wait, ended when nothing was waited for during LINGER_S,
-or by close()); hiredlock.aio's LoopNotices drives it from the event loop (and closes the
-connections at the same moment).
+or by close()); hiredlock.aio's LoopNotices drives it from the event loop, with one timer set for
+the next thing due (NoticeBoard.next_due), so that a waiting process is idle (and it closes the
+connections as soon as no channel is left).
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ RECONNECT_MAX_S = 2.0
 REFUSED_RETRY_S = 30.0
 # A connection (TLS handshake and login included) that is not up after this long is dropped.
 CONNECT_TIMEOUT_S = 2.0
-# How often the driver looks at the subscribers and the channels when nothing happens.
+# How often the thread's driver looks at the subscribers and the channels when nothing happens,
+# and how soon a subscriber whose master has no address yet looks again.
 TICK_S = 0.1
 
 _DOWN = 0
@@ -137,6 +139,16 @@ class Subscriber:
 
     def overdue(self, now: float) -> bool:
         return self.state in (_CONNECTING, _HANDSHAKE) and now - self._since > CONNECT_TIMEOUT_S
+
+    def next_due(self, now: float) -> Optional[float]:
+        """When this subscriber needs the board with no event of its socket (channels being
+        wanted): its reconnection, a connection not up in time; None: not before an event."""
+        if self.sock is None:
+            # (past its pause and still closed: its master's address is being looked up)
+            return self.down_until if self.down_until > now else now + TICK_S
+        if self.state in (_CONNECTING, _HANDSHAKE):
+            return self._since + CONNECT_TIMEOUT_S
+        return None
 
     def on_writable(self) -> None:
         if self.state == _CONNECTING:
@@ -259,7 +271,9 @@ class NoticeBoard:
         self.masters = tuple(masters)
         self.subscribers = [Subscriber(spec) for spec in self.masters]
         self.waiters: dict[bytes, set[Any]] = {}
-        self.idle_since: dict[bytes, float] = {}  # channels subscribed with no waiter, since
+        # channels subscribed with no waiter, since (in that order: each is added when its last
+        # waiter leaves, at a time no earlier than the others')
+        self.idle_since: dict[bytes, float] = {}
         # how many notices each subscribed channel had: a waiter compares it with what it had
         # heard before its attempt, so that a notice between the two is not missed
         self.heard: dict[bytes, int] = {}
@@ -289,13 +303,29 @@ class NoticeBoard:
     def wanted(self) -> bool:
         return bool(self.waiters or self.idle_since)
 
+    def next_due(self, now: float) -> Optional[float]:
+        """When service() has something to do next if no socket event comes first (an idle
+        channel to forget, a subscriber to reconnect or give up); None: nothing until then."""
+        if not (self.waiters or self.idle_since):
+            return None
+        due = None
+        if self.idle_since:
+            due = next(iter(self.idle_since.values())) + LINGER_S
+        for subscriber in self.subscribers:
+            at = subscriber.next_due(now)
+            if at is not None and (due is None or at < due):
+                due = at
+        return due
+
     def service(self, now: float) -> None:
         """Forgets channels idle past LINGER_S, (re)connects the subscribers that need it and
         brings each connected one's subscriptions up to date."""
-        for channel, since in list(self.idle_since.items()):
-            if now - since >= LINGER_S:
-                del self.idle_since[channel]
-                self.heard.pop(channel, None)
+        while self.idle_since:
+            channel, since = next(iter(self.idle_since.items()))
+            if now - since < LINGER_S:
+                break  # (the others went idle later)
+            del self.idle_since[channel]
+            self.heard.pop(channel, None)
         channels = set(self.waiters) | set(self.idle_since)
         for subscriber in self.subscribers:
             if subscriber.sock is None:

@@ -1,33 +1,41 @@
 """Release notices for AsyncRedlock: the NoticeBoard of hiredlock._notices driven by the event
-loop (its reader and writer callbacks on the subscribers' sockets, and a timer while anything is
-subscribed). No thread is started."""
+loop (its reader and writer callbacks on the subscribers' sockets). No thread is started.
+
+One timer per client at most, set for the next thing due: the earliest timeout of a waiting task,
+or what the board has to do (NoticeBoard.next_due: an idle channel to forget, a subscriber to
+reconnect; the last channel forgotten, LINGER_S after its last wait, ends the connections). Tasks
+that only wait cost nothing until then; close() cancels it, ends the waits, and nothing
+reopens."""
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import time
 from collections.abc import Sequence
 from typing import Optional
 
 from .._config import MasterSpec
-from .._notices import TICK_S, NoticeBoard, Subscriber
+from .._notices import NoticeBoard, Subscriber
 from .._poller import POLLOUT
+
+# The timeouts of waits that ended sooner stay in the heap until they come up: it is rebuilt
+# without them when they are more than this many and more than half of it.
+_COMPACT_AT = 64
 
 
 class _FutureWaiter:
-    __slots__ = ("future",)
+    __slots__ = ("ended", "future", "timed_out")
 
     def __init__(self, future: asyncio.Future) -> None:
         self.future = future
+        self.timed_out = False  # its timeout came up, or the heap was emptied: not in it any more
+        self.ended = False  # its wait returned
 
     def notify(self) -> None:
         if not self.future.done():
             self.future.set_result(True)
-
-
-def _time_out(future: asyncio.Future) -> None:
-    if not future.done():
-        future.set_result(False)
 
 
 class LoopNotices:
@@ -40,39 +48,69 @@ class LoopNotices:
         self.heard = self._board.heard  # (see NoticeBoard.heard)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._watched: dict[int, tuple[Subscriber, bool]] = {}  # fd -> (subscriber, writer too)
+        # the waits' timeouts: (time.monotonic() due, seq, waiter)
+        self._timeouts: list[tuple[float, int, _FutureWaiter]] = []
+        self._seq = itertools.count()
+        self._ended_early = 0  # entries of _timeouts whose wait has ended
         self._timer: Optional[asyncio.TimerHandle] = None
+        self._timer_due = 0.0  # (time.monotonic())
         self._closed = False
 
     async def wait(self, channel: bytes, timeout: float, seen: int = 0) -> bool:
         """True when woken by a notice on `channel` (or when it had more than `seen` notices
-        already), False at the timeout."""
+        already), False at the timeout (or when the client is closed meanwhile)."""
         loop = asyncio.get_running_loop()
         board = self._board
         if board.forget_parent():
             self._watched = {}
             self._timer = None
+            self._forget_waits()  # (the parent's tasks: they do not run here)
         if self._closed:
             return False
         if self._loop is not loop:
             self._stop()
+            self._forget_waits()  # (the closed loop's tasks: they will never run again)
             self._loop = loop
         if board.heard.get(channel, 0) != seen:
             return True
         future = loop.create_future()
         waiter = _FutureWaiter(future)
-        if board.add(channel, waiter) or self._timer is None:
-            self._tick()
-        handle = loop.call_later(timeout, _time_out, future)
+        now = time.monotonic()
+        if board.add(channel, waiter):
+            self._service(now)  # its subscription goes out now
+        heapq.heappush(self._timeouts, (now + timeout, next(self._seq), waiter))
+        self._schedule(now)
         try:
             return await future
         finally:
-            handle.cancel()
-            board.remove(channel, waiter, time.monotonic())
+            waiter.ended = True
+            if not waiter.timed_out:
+                self._ended_early += 1
+            if not self._closed:
+                now = time.monotonic()
+                board.remove(channel, waiter, now)
+                self._schedule(now)
 
     def close(self) -> None:
-        """Closes the subscribers (no I/O is awaited: only close())."""
+        """Closes the subscribers (no I/O is awaited: only close()) and ends the waits (they
+        return False at once); no timer is left."""
         self._closed = True
+        for waiter in self._forget_waits():
+            future = waiter.future
+            if not future.done() and not future.get_loop().is_closed():
+                future.set_result(False)
         self._stop()
+
+    def _forget_waits(self) -> list[_FutureWaiter]:
+        """Empties the timeouts' heap; returns the waits still waiting."""
+        timeouts, self._timeouts = self._timeouts, []
+        self._ended_early = 0
+        waiting = []
+        for _due, _seq, waiter in timeouts:
+            waiter.timed_out = True  # (out of the heap)
+            if not waiter.ended:
+                waiting.append(waiter)
+        return waiting
 
     def _stop(self) -> None:
         if self._timer is not None:
@@ -80,16 +118,68 @@ class LoopNotices:
             self._timer = None
         self._board.close_all()
 
-    def _tick(self) -> None:
+    # -- the one timer -------------------------------------------------------------------------
+
+    def _schedule(self, now: float) -> None:
+        """Sets the timer for the next thing due, unless it is set for that or sooner."""
+        loop = self._loop
+        if self._closed or loop is None or loop.is_closed():
+            return
+        due = self._next_due(now)
+        timer = self._timer
+        if timer is not None:
+            if due is not None and self._timer_due <= due:
+                return  # (sooner: it sets the next one when it fires)
+            timer.cancel()
+            self._timer = None
+        if due is not None:
+            # (from time.monotonic(): the loop's clock may differ, uvloop's is coarser; a timer
+            # that fires early finds nothing due and is set again)
+            self._timer = loop.call_later(max(0.0, due - now), self._on_timer)
+            self._timer_due = due
+
+    def _next_due(self, now: float) -> Optional[float]:
+        timeouts = self._timeouts
+        while timeouts and timeouts[0][2].ended:
+            heapq.heappop(timeouts)
+            self._ended_early -= 1
+        if self._ended_early > _COMPACT_AT and 2 * self._ended_early > len(timeouts):
+            self._timeouts = timeouts = [entry for entry in timeouts if not entry[2].ended]
+            heapq.heapify(timeouts)
+            self._ended_early = 0
+        due = timeouts[0][0] if timeouts else None
+        board_due = self._board.next_due(now)
+        if board_due is not None and (due is None or board_due < due):
+            due = board_due
+        return due
+
+    def _on_timer(self) -> None:
         self._timer = None
-        board = self._board
+        if self._closed:
+            return
         now = time.monotonic()
+        timeouts = self._timeouts
+        while timeouts and timeouts[0][0] <= now:
+            _due, _seq, waiter = heapq.heappop(timeouts)
+            if waiter.ended:
+                self._ended_early -= 1
+                continue
+            waiter.timed_out = True
+            if not waiter.future.done():
+                waiter.future.set_result(False)
+        self._service(now)
+        self._schedule(now)
+
+    def _service(self, now: float) -> None:
+        """The board's service; the connections close once no channel is left."""
+        board = self._board
         board.service(now)
         if not board.wanted():  # the last channel's LINGER_S is over: the connections go
-            self._stop()
+            board.close_all()
             return
         self._watch()
-        self._timer = self._loop.call_later(TICK_S, self._tick)  # type: ignore[union-attr]
+
+    # -- the subscribers' sockets ----------------------------------------------------------------
 
     def _watch(self) -> None:
         """Registers each open subscriber's socket with the loop for what it waits for."""
@@ -119,9 +209,13 @@ class LoopNotices:
                 self._loop.remove_writer(fd)
 
     def _on_readable(self, subscriber: Subscriber) -> None:
-        self._board.readable(subscriber, time.monotonic())
+        now = time.monotonic()
+        self._board.readable(subscriber, now)
         self._watch()
+        self._schedule(now)  # (it may have gone down, or come up)
 
     def _on_writable(self, subscriber: Subscriber) -> None:
-        self._board.writable(subscriber, time.monotonic())
+        now = time.monotonic()
+        self._board.writable(subscriber, now)
         self._watch()
+        self._schedule(now)
