@@ -42,7 +42,10 @@ from libhiredis cimport (
     redisReply,
 )
 
+import os
+
 from hiredlock import _connect as connecting, _poller, _resolver, _scripts, _tls
+from hiredlock._connect import LOCAL_ERRNOS, LOCAL_ERROR_PREFIX
 
 
 cdef extern from "hl_platform.h" nogil:
@@ -124,6 +127,30 @@ cdef const char *PLAINTEXT_RESET = _PLAINTEXT_RESET
 cdef int EVENT_IN = _poller.POLLIN
 cdef int EVENT_OUT = _poller.POLLOUT
 
+# A connect that fails for want of this process's own resources is a local error, not the
+# master's (see hiredlock/_connect.py): libhiredis reports it as the errno's text, at the end of
+# its message ("Can't create socket: Too many open files").
+_LOCAL_TEXTS = tuple(os.strerror(code).encode() for code in sorted(LOCAL_ERRNOS))
+_LOCAL_PREFIX = LOCAL_ERROR_PREFIX.encode()
+cdef int n_local_texts = len(_LOCAL_TEXTS)
+cdef const char *local_texts[8]
+for _index, _text in enumerate(_LOCAL_TEXTS[:8]):
+    local_texts[_index] = _text
+cdef const char *local_prefix = _LOCAL_PREFIX
+
+
+cdef bint is_local_failure(const char *text) noexcept nogil:
+    """Whether libhiredis's connect error text is one of the local errors."""
+    cdef size_t length = strlen(text)
+    cdef size_t tail
+    cdef int j
+    for j in range(n_local_texts if n_local_texts < 8 else 8):
+        tail = strlen(local_texts[j])
+        if tail <= length and strncmp(text + length - tail, local_texts[j], tail) == 0:
+            return True
+    return False
+
+
 SET_HEAD = (b"SET",)
 NUMKEYS = tuple(str(count).encode() for count in range(10))
 
@@ -140,6 +167,7 @@ cdef size_t MAX_DETAIL = 400
 cdef enum:
     WHY_SIZE = 96              # room for the reason take_reply() refuses a reply
     TLS_WHY_SIZE = 256         # room for the reason a TLS channel failed (OpenSSL's words)
+    MAX_LOCAL_DETAIL = 200     # room for a local connect failure's vote detail
 
 # Incremented in a child after fork(): an engine made before the fork must not touch its sockets.
 cdef int fork_generation = 0
@@ -1453,10 +1481,13 @@ cdef class NativeEngine:
         else:
             m.ctx = redisConnectNonBlock(m.host, m.port)
         if m.ctx == NULL:
-            self._fail_master(i, CONN_ERROR, b"out of memory", now)
+            self._local_failure(i, b"out of memory")
             return False
         if m.ctx.err:
-            self._fail_master(i, CONN_ERROR, m.ctx.errstr, now)
+            if is_local_failure(m.ctx.errstr):
+                self._local_failure(i, m.ctx.errstr)
+            else:
+                self._fail_master(i, CONN_ERROR, m.ctx.errstr, now)
             return False
         hl_set_noinherit(hl_context_fd(m.ctx))
         m.state = CONNECTING
@@ -1840,6 +1871,16 @@ cdef class NativeEngine:
         cdef int k
         for k in range(self.c_n_items):
             self._vote(k, i, code, detail)
+
+    cdef void _local_failure(self, int i, const char *reason) noexcept nogil:
+        """Master i's connect failed for want of this process's resources: its votes say so; no
+        reconnect backoff starts (see hiredlock/_connect.py)."""
+        cdef char detail[MAX_LOCAL_DETAIL]
+        snprintf(detail, sizeof(detail), b"%s%s", local_prefix, reason)
+        self._vote_master(i, CONN_ERROR, detail)
+        self.masters[i].slot_head = self.masters[i].slot_tail
+        self.masters[i].failed = True
+        drop(&self.masters[i])
 
     cdef void _fail_master(self, int i, uint8_t code, const char *detail,
                            int64_t now) noexcept nogil:

@@ -30,6 +30,18 @@ TLS_HANDSHAKE_TIMED_OUT = "TLS handshake timed out: does the master speak TLS?"
 PLAINTEXT_RESET = "connection reset by peer: is this a TLS port (use rediss://)?"
 
 
+# A connect that fails for want of this process's own resources (descriptors, socket buffers,
+# memory) says nothing about the master: its vote says it is a local error, and it starts no
+# reconnect backoff (the next round tries again, once the load has dropped). Both engines.
+LOCAL_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+LOCAL_ERROR_PREFIX = "local error (not the master's): "
+
+
+def local_error(reason: str) -> str:
+    """A local connect failure's vote detail."""
+    return LOCAL_ERROR_PREFIX + reason
+
+
 def place_of(spec: MasterSpec) -> Any:
     """What _resolver looks up for this master's address (a host name, or a Sentinel group), or
     None: a unix socket or a numeric address needs no lookup."""

@@ -30,9 +30,11 @@ from . import _fork, _resolver
 from ._config import MasterSpec
 from ._connect import (
     CONNECT_TIMED_OUT,
+    LOCAL_ERRNOS,
     PLAINTEXT_RESET,
     TLS_HANDSHAKE_TIMED_OUT,
     direct_address,
+    local_error,
     login_commands,
     place_of,
     start_connect,
@@ -1091,6 +1093,10 @@ class PythonEngine:
         try:
             master.open(address)
         except OSError as exc:
+            if exc.errno in LOCAL_ERRNOS:
+                # this process's failure (out of descriptors...): no backoff (see _connect.py)
+                rnd.votes.vote_all(master.index, CONN_ERROR, local_error(_os_error_text(exc)))
+                return
             rnd.fail(master, CONN_ERROR, _os_error_text(exc), unreached=True)
             return
         master.fresh = True
