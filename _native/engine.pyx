@@ -1153,16 +1153,17 @@ cdef class NativeEngine:
         decided, a wait_all round waits for the masters marked `waited` only."""
         if not self.c_owed:
             return True
-        if ((self.c_undecided == 0 or self.c_best_effort)
-                and (not self.c_wait_all or self.c_extended or not self.c_owed_waited)):
-            return True
+        if self.c_undecided == 0 or self.c_best_effort:
+            return not self.c_wait_all or not self.c_owed_waited
         return self.c_extended and not self._cold_can_decide()
 
     cdef inline bint _extend(self) noexcept nogil:
         """After the last look at the deadline: whether the round goes on, to the connect bound
-        of the masters connected in it (only while their answers can still decide a key)."""
-        if (not self.c_extended and not self.c_best_effort and self.c_undecided != 0
-                and self.c_cold_deadline > self.c_deadline and self._cold_can_decide()):
+        of the masters connected in it (while their answers can still decide a key, or, in a
+        round that waits for all, until they answered: _stop says which)."""
+        if (not self.c_extended and not self.c_best_effort
+                and self.c_cold_deadline > self.c_deadline
+                and (self.c_wait_all or (self.c_undecided != 0 and self._cold_can_decide()))):
             self.c_extended = True
             return True
         return False

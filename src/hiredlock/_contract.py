@@ -24,7 +24,8 @@ attempt (wait_all with honour_backoff): nobody waits on its outcome, so it waits
 keeping up only, decided or not, and a stopped majority does not cost every failed attempt a second
 timeout. Either way a master is waited for at most
 timeout_ms, or, when its connection opens in this round, at most max(timeout_ms,
-CONNECT_TIMEOUT_MIN_MS) from the round's start.
+CONNECT_TIMEOUT_MIN_MS) from the round's start: a wait_all round decided at its deadline goes on
+for those (connect() waits for each master up to the connect allowance so).
 
 Replies that arrive after a round ended are read and thrown away by a later round (they are never
 taken for the answer to a later command), or the connection is dropped. That holds whatever ends a

@@ -478,11 +478,12 @@ class _Round:
             return True
         votes = self.votes
         if self.past_deadline:
-            if self.best_effort:
-                return True
             # Only masters whose connection opened in this round are waited for past the
-            # normal deadline, and only while their answer can change an undecided outcome.
-            return not votes.undecided or not any(
+            # normal deadline: while their answer can change an undecided outcome, and, in a
+            # round that waits for all, until they answered (up to the connect bound).
+            if not votes.undecided:
+                return not self.wait_all or not any(master.fresh for master in self.active.values())
+            return not any(
                 master.fresh and (master.state == _CONNECTING or votes.undecided_for(master.index))
                 for master in self.active.values()
             )
@@ -514,7 +515,7 @@ class _Round:
         # time dead).
         for fd, event in self.poller.poll(0):
             self.on_ready(fd, event & ~POLLOUT, event & POLLOUT)
-        if self.past_deadline or self.fresh_deadline <= self.deadline:
+        if self.past_deadline or self.fresh_deadline <= self.deadline or self.best_effort:
             self.over = True
         else:
             self.past_deadline = True
