@@ -345,7 +345,10 @@ cdef struct Master:
     bint waited                # wait_all rounds wait for it (it is not lagging)
     bint lagging               # a round timed out on it; cleared once it has caught up
     bint unreached             # its last failure came before anything was written to it
-    bint cold                  # its connection was opened in this round (CONNECT_MIN_NS applies)
+    # its connection opened or came up in this round, or came up just before it: its login and
+    # first commands go in this round (CONNECT_MIN_NS applies)
+    bint cold
+    bint unqueued              # no round's commands queued on its connection yet
     int64_t last_round_end     # when a round last ended with this connection open
     # In an event-fed round a closed connection's socket stays open in `doomed` until the round
     # has told its driver (before_close), which must take the fd off its event loop before the
@@ -1097,7 +1100,7 @@ cdef class NativeEngine:
         for i in range(self.n):
             m = &self.masters[i]
             m.failed = False
-            m.cold = False
+            m.cold = m.ctx != NULL and m.state == READY and m.unqueued
             # Once every key is decided, a wait_all round does not wait for a master that let an
             # earlier round time out and has not caught up since, or that is still connecting
             # since an earlier round: one stopped master must not cost every release its
@@ -1110,8 +1113,10 @@ cdef class NativeEngine:
 
     cdef inline int _wanted(self) noexcept nogil:
         """Fills fds (and fd_master) with what the round waits for on each socket; returns how
-        many. Sets c_owed (some master owes this round a reply or its connect) and
-        c_owed_waited (one of those is waited for once every key is decided)."""
+        many. Sets c_owed (some master the round still waits for owes it a reply or its
+        connect: past the deadline, only masters connected in the round are waited for) and
+        c_owed_waited (one of those is waited for once every key is decided). Every other
+        socket is still read: a late reply counts while the round goes on."""
         cdef int i, events
         cdef int nfds = 0
         cdef bint owes
@@ -1121,7 +1126,7 @@ cdef class NativeEngine:
         cdef Master *m
         for i in range(self.n):
             m = &self.masters[i]
-            if m.failed or m.ctx == NULL or (extended and not m.cold):
+            if m.failed or m.ctx == NULL:
                 continue
             if m.state == CONNECTING:
                 events = connect_events(m)
@@ -1134,7 +1139,7 @@ cdef class NativeEngine:
                 owes = False
             else:
                 continue
-            if owes:
+            if owes and (m.cold or not extended):
                 owed = True
                 owed_waited = owed_waited or m.waited
             self.fds[nfds].fd = hl_context_fd(m.ctx)
@@ -1159,11 +1164,9 @@ cdef class NativeEngine:
 
     cdef inline bint _extend(self) noexcept nogil:
         """After the last look at the deadline: whether the round goes on, to the connect bound
-        of the masters connected in it (while their answers can still decide a key, or, in a
-        round that waits for all, until they answered: _stop says which)."""
+        of the masters connected in it (_stop says whether any is still worth waiting for)."""
         if (not self.c_extended and not self.c_best_effort
-                and self.c_cold_deadline > self.c_deadline
-                and (self.c_wait_all or (self.c_undecided != 0 and self._cold_can_decide()))):
+                and self.c_cold_deadline > self.c_deadline):
             self.c_extended = True
             return True
         return False
@@ -1192,7 +1195,9 @@ cdef class NativeEngine:
                 continue
             if m.slot_tail > m.slot_head:
                 m.stale += m.slot_tail - m.slot_head
-                if now >= self.c_deadline:
+                # (it timed out if the round ended at its own bound: an early-decided round
+                # leaves the flag as it was)
+                if now >= (self.c_cold_deadline if m.cold else self.c_deadline):
                     m.lagging = True
                 if cmd.kind == KIND_SCRIPT:
                     self._owe_evals(m, cmd)
@@ -1410,6 +1415,7 @@ cdef class NativeEngine:
         """Queues the handshake (on a new connection) and every command of the round; writes."""
         cdef Master *m = &self.masters[i]
         cdef int k
+        m.unqueued = False
         # A script not sent on this connection yet goes as EVAL (see Master.scripts_known);
         # a script the engine does not track (more than 32) relies on the NOSCRIPT fallback.
         cdef bint as_eval = cmd.script_bit != 0 and not (m.scripts_known & cmd.script_bit)
@@ -1493,6 +1499,7 @@ cdef class NativeEngine:
         hl_set_noinherit(hl_context_fd(m.ctx))
         m.state = CONNECTING
         m.cold = True
+        m.unqueued = True
         m.connect_deadline = now + (
             self.c_timeout_ns if self.c_timeout_ns > CONNECT_MIN_NS else CONNECT_MIN_NS)
         m.stale = 0
@@ -1738,6 +1745,10 @@ cdef class NativeEngine:
                 m.want_write = m.tls_wants_write
             m.state = READY
             m.backoff_ms = 0
+            # connected in this round (opened in an earlier one, maybe): its login and first
+            # commands have the connect bound
+            m.cold = True
+            m.waited = True
             failure = self._handshake(i)
             if failure != NULL:
                 self._fail_master(i, CONN_ERROR, failure, now)

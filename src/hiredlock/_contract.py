@@ -13,19 +13,45 @@ A call returns one RoundResult per key:
     values:     with want_values, the integer reply of each master (0 where there was none),
                 else None
 
-Stop rules: with wait_all False the round ends once every key is decided. With wait_all True it
-also waits, once every key is decided, for every master that is keeping up to answer every command;
-masters that still owed replies to an earlier round (they were slow then), or whose connection was
-still opening since an earlier round, get the commands but are not waited for once the outcome is
-decided: one stopped master does not cost every release its full timeout. While a key is undecided,
-every master that may still answer is waited for (lagging ones included): skipping a master whose
-answer can change the outcome would be a false failure. The exception is the unlock after a failed
-attempt (wait_all with honour_backoff): nobody waits on its outcome, so it waits for the masters
-keeping up only, decided or not, and a stopped majority does not cost every failed attempt a second
-timeout. Either way a master is waited for at most
-timeout_ms, or, when its connection opens in this round, at most max(timeout_ms,
-CONNECT_TIMEOUT_MIN_MS) from the round's start: a wait_all round decided at its deadline goes on
-for those (connect() waits for each master up to the connect allowance so).
+Stop rules, the same in both engines (the native engine's _wanted/_stop/_extend/_account, the
+python engine's _Round.finished/on_deadline/end). Terms:
+    D         the round's deadline: its start + timeout_ms
+    C         the connect bound: its start + max(timeout_ms, CONNECT_TIMEOUT_MIN_MS)
+    new       a master whose connection opened in this round, or came up in it or since the last
+              one (a connect kept from an earlier round): this round carries its login and first
+              commands, which take longer than a round trip (a slow GIL or TLS handshake must not
+              cost a healthy master its vote)
+    owes      its connect is still pending, or it owes replies to this round's commands
+    keeps up  not lagging (no earlier round timed out on it without it catching up since) and not
+              still connecting since an earlier round; a new master keeps up
+    best effort  the unlock after a failed attempt (wait_all with honour_backoff): nobody waits
+              on its outcome
+
+    the round waits for             before D                      from D to C (then it ends)
+    a key undecided                 every master that owes        new masters that owe, while
+                                    (lagging ones too: skipping   they (with the OKs so far)
+                                    one that can change the       could still make a quorum of
+                                    outcome is a false failure)   OKs for an undecided key
+    all decided, wait_all           masters that owe and keep up  new masters that owe (so
+                                                                  connect() and a release wait
+                                                                  for a new connection up to C)
+    all decided, not wait_all       nothing: it ends
+    best effort, decided or not     masters that owe and keep up  nothing: it ends at D
+
+    1. Past D, every reply that comes while the round goes on counts, from any master (a reply
+       in hand is that master's answer; waiting for it costs nothing more). At D the round takes
+       one more look without waiting: replies already there count.
+    2. A master that owes the round nothing, with bytes still to write (the socket takes no
+       more), is not waited for: the round's outcome needs nothing from it. Bytes not written
+       when a round ends stay queued on the connection, in order (a command cut short is
+       completed first), and later rounds write them; their replies are read and dropped.
+    3. A connect still pending when a round ends is kept, not closed: a later round (or the look
+       before it) uses it once it completes, without opening another. It keeps the bound C of
+       the round that opened it; a round that starts or ends past it gives the master
+       CONN_ERROR / a timeout "connect timed out" and the reconnect backoff.
+    4. A master still owing replies when a round ends is lagging if the round ended at or past
+       its own bound (D, or C for a new master), not when the round ended early, decided.
+    5. Masters still pending at the end vote SKIPPED on a decided key, TIMEOUT on another.
 
 Replies that arrive after a round ended are read and thrown away by a later round (they are never
 taken for the answer to a later command), or the connection is dropped. That holds whatever ends a

@@ -113,6 +113,7 @@ class _Master:
         "busy",
         "channel",
         "check_after",
+        "connect_deadline",
         "deadline",
         "demoted",
         "down_until",
@@ -133,6 +134,7 @@ class _Master:
         "spec",
         "state",
         "todo",
+        "unqueued",
         "unreached",
         "unsent",
         "waited",
@@ -168,9 +170,11 @@ class _Master:
         self.unsent: Optional[memoryview] = None
         self.busy = False  # in a round whose accounting has not run yet (see the module doc)
         self.todo = 0  # replies of the current round still owed
-        self.fresh = False  # its connection opened in the current round
+        self.fresh = False  # its connection opened or came up in (or just before) this round
+        self.unqueued = False  # no round's commands queued on its connection yet
         self.heard = False  # some reply came on its connection
         self.deadline = 0  # when the current round stops waiting for it
+        self.connect_deadline = 0  # a connect still pending then has failed (see _Round.end)
         self.waited = True  # rounds that wait for all wait for it (it is not lagging)
         self.lagging = False  # a round timed out on it; cleared once it has caught up
         self.down_until = 0  # monotonic ns before which acquire does not reconnect
@@ -194,6 +198,7 @@ class _Master:
         self.lagging = False
         self.heard = False
         self.login_due = self.n_login > 0
+        self.unqueued = True
 
     def push(self, data: bytes) -> Optional[str]:
         """Writes what the socket takes now; the rest waits in `unsent`. An error text, or None."""
@@ -338,13 +343,6 @@ class _Votes:
             if codes[master] == PENDING and not self.decided_at[key]:
                 self.explain(key, master, detail)
 
-    def undecided_for(self, master: int) -> bool:
-        """True when the master has not voted on a key that is still undecided."""
-        return any(
-            codes[master] == PENDING and not decided
-            for codes, decided in zip(self.codes, self.decided_at)
-        )
-
     def results(self, end_ns: int) -> list[RoundResult]:
         """Masters still pending were SKIPPED if their key was decided, else they TIMED OUT."""
         out = []
@@ -473,25 +471,36 @@ class _Round:
         return {fd: _events_wanted(master) for fd, master in self.active.items()}
 
     def finished(self) -> bool:
-        """Whether the round is over (see the stop rules in _contract.py)."""
-        if self.over or not self.active:
+        """Whether the round is over (the stop rules of _contract.py), as the native engine's
+        _stop: past the deadline only masters whose connection opened in the round are waited
+        for; a master waited for owes the round its connect or replies (bytes it has still to
+        take do not count)."""
+        if self.over:
             return True
+        past = self.past_deadline
+        owed = owed_waited = False
+        for master in self.active.values():
+            if (past and not master.fresh) or not (master.todo or master.state == _CONNECTING):
+                continue
+            owed = True
+            if master.waited:
+                owed_waited = True
+                break
+        if not owed:
+            return True
+        if not self.votes.undecided or self.best_effort:
+            return not self.wait_all or not owed_waited
+        return past and not self._fresh_can_decide()
+
+    def _fresh_can_decide(self) -> bool:
+        """Past the deadline: whether the masters connected in this round, still unanswered,
+        could yet make an undecided key succeed (the others' silence counts as failure by now)."""
         votes = self.votes
-        if self.past_deadline:
-            # Only masters whose connection opened in this round are waited for past the
-            # normal deadline: while their answer can change an undecided outcome, and, in a
-            # round that waits for all, until they answered (up to the connect bound).
-            if not votes.undecided:
-                return not self.wait_all or not any(master.fresh for master in self.active.values())
-            return not any(
-                master.fresh and (master.state == _CONNECTING or votes.undecided_for(master.index))
-                for master in self.active.values()
-            )
-        if votes.undecided and not self.best_effort:
-            return False  # every master that may still answer is waited for, lagging or not
-        if not self.wait_all:
-            return True
-        return not any(master.waited for master in self.active.values())
+        fresh = [master.index for master in self.active.values() if master.fresh]
+        for codes, decided, oks in zip(votes.codes, votes.decided_at, votes.oks):
+            if not decided and oks + sum(codes[i] == PENDING for i in fresh) >= votes.q:
+                return True
+        return False
 
     def on_ready(self, fd: int, readable: Any, writable: Any) -> None:
         master = self.active.get(fd)
@@ -538,22 +547,17 @@ class _Round:
                 _resolver.refresh(master.place)
             if master.sock is not None:
                 if master.state == _CONNECTING:
-                    # Nothing was sent on it: closing loses nothing. Past its deadline it failed.
-                    if end >= master.deadline:
+                    # Nothing was queued on it. Kept for later rounds until the connect bound of
+                    # the round that opened it; past that, it failed.
+                    if end >= master.connect_deadline:
                         # (a TLS master has its channel once the TCP connect is confirmed)
                         why = (
                             CONNECT_TIMED_OUT if master.channel is None else TLS_HANDSHAKE_TIMED_OUT
                         )
                         self.votes.explain_pending(master.index, why)
                         master.failed(end, why, unreached=True)
-                    else:
-                        master.drop()
-                elif master.unsent is not None:
-                    # Part of a command may be unsent: what reached the master ran or will run
-                    # (later rounds reach it on a new connection); a half command dies with this
-                    # connection.
-                    master.drop()
                 elif master.todo:
+                    # (bytes not written yet stay queued: later rounds write them behind)
                     self._abandon(master, end)
             master.busy = False
 
@@ -594,6 +598,7 @@ class _Round:
 
     def queue(self, master: _Master) -> None:
         """Writes the round's commands (after the login on a new connection) to a master."""
+        master.unqueued = False
         if self.evals is not None and self.sha not in master.scripts:
             data = self.evals.all()  # not sent on this connection yet: EVAL (see _Master.scripts)
             master.scripts.add(self.sha)
@@ -646,6 +651,10 @@ class _Round:
                 master.unsent = _IN_CHANNEL
         master.state = _READY
         master.backoff_ms = 0
+        # connected in this round (opened in an earlier one, maybe): its login and first
+        # commands have the connect bound
+        master.fresh = master.waited = True
+        master.deadline = self.fresh_deadline
         self.retire(master)
         self.queue(master)
 
@@ -967,14 +976,49 @@ class PythonEngine:
         if not idle:
             return
         poller = new_poller()
-        for fd in idle:
-            poller.register(fd, POLLIN | _POLLRDHUP)
+        for fd, master in idle.items():
+            if master.state == _CONNECTING:
+                poller.register(fd, _events_wanted(master))
+            else:
+                poller.register(fd, POLLIN | _POLLRDHUP)
         for fd, events in poller.poll(0):
             master = idle[fd]
-            if not self._catch_up(master) or events & _HUNG_UP:
+            if master.state == _CONNECTING:
+                # A connect that went on after its round: confirmed now (a TLS master's
+                # handshake a step further; the login goes with this round's commands), or, if
+                # the master went away meanwhile, started afresh in this round.
+                if events & _HUNG_UP or not self._step_connect(master):
+                    master.drop()
+            elif not self._catch_up(master) or events & _HUNG_UP:
                 master.drop()
             else:
                 master.lagging = master.lagging and bool(master.owed)
+
+    @staticmethod
+    def _step_connect(master: _Master) -> bool:
+        """Between rounds, what _Round._connected does in one: confirms a connect, or takes a TLS
+        handshake a step further; False when the connection cannot be used (why does not matter
+        here: the round that follows connects afresh and tells)."""
+        if master.channel is None:
+            if master.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):  # type: ignore[union-attr]
+                return False
+            if master.spec.tls is not None:
+                try:
+                    host = master.spec.host or master.address.host
+                    master.channel = TLSChannel(master.spec.tls, master.sock, host)
+                except TLSError:
+                    return False
+        if master.channel is not None:
+            try:
+                if not master.channel.handshake():
+                    return True  # goes on (in the round, or before the next one)
+            except TLSError:
+                return False
+            if master.channel.wants_write:
+                master.unsent = _IN_CHANNEL
+        master.state = _READY
+        master.backoff_ms = 0
+        return True
 
     @staticmethod
     def _catch_up(master: _Master) -> bool:
@@ -1034,7 +1078,22 @@ class PythonEngine:
             master.todo = 0
             if master.sock is not None:
                 master.deadline = rnd.deadline
-                rnd.queue(master)
+                if master.state != _CONNECTING:
+                    if master.unqueued:
+                        # connected since the last round: its login and first commands go now,
+                        # with the connect bound
+                        master.fresh = True
+                        master.deadline = rnd.fresh_deadline
+                    rnd.queue(master)
+                elif t0 < master.connect_deadline:
+                    # still connecting since an earlier round: its commands go once it is up,
+                    # and once the outcome is decided it is not waited for
+                    master.waited = False
+                    rnd.watch(master)
+                else:
+                    # (a TLS master has its channel once the TCP connect is confirmed)
+                    why = CONNECT_TIMED_OUT if master.channel is None else TLS_HANDSHAKE_TIMED_OUT
+                    rnd.fail(master, CONN_ERROR, why, unreached=True)
             elif (
                 honour_backoff
                 and t0 < master.down_until
@@ -1102,7 +1161,7 @@ class PythonEngine:
             return
         master.fresh = True
         master.waited = True
-        master.deadline = rnd.fresh_deadline
+        master.deadline = master.connect_deadline = rnd.fresh_deadline
         if master.state == _READY:
             rnd.queue(master)
         else:
