@@ -7,7 +7,8 @@ What is in flight when aclose() is called, in one loop iteration:
 * CONTENDERS tasks in blocking acquires of one name that a holder has: their rounds and pauses
   between attempts are under way;
 * BURST acquire(blocking=False) calls of fresh names begun in the same loop iteration as the
-  aclose() call: their batch is queued, not yet sent, and may win after aclose() began.
+  aclose() call: their batch is queued, not yet sent, and wins after aclose() began (those
+  acquires unlock what they won and raise).
 """
 
 from __future__ import annotations
@@ -106,14 +107,22 @@ def test_aclose_with_rounds_in_flight(engine, masters5, key, run_async, last_mas
     assert out["holders_held"] == [False] * HOLDERS
     assert out["holding_held"] == [False] * HOLDERS
     assert out["burst_held"] == [False] * BURST
-    assert all(r is True or r is False for r in out["burst"]), out["burst"]
-    # The burst was queued when aclose() began, and went out (and won) while it closed.
-    assert any(out["burst"]), out["burst"]
+    # The burst was queued when aclose() began, and went out (and won) while it closed: what
+    # it won was unlocked, and those acquires raised.
+    assert all(r is False or isinstance(r, HiredlockError) for r in out["burst"]), out["burst"]
+    assert any(isinstance(r, HiredlockError) for r in out["burst"]), out["burst"]
     # Contenders: refused with a typed error once closed (or False/True as their attempt ended).
     odd = [r for r in out["contenders"] if not (isinstance(r, (bool, HiredlockError)))]
     assert not odd, f"contenders ended with something else than a typed outcome: {odd}"
-    for name in held_names + burst_names:
+    for name in held_names:
         assert_no_key(masters5, name, "after aclose()")
+    # A burst acquire won as the client closed: its unlock went out last. A master stopped
+    # across aclose() finds the connection closed when it resumes, and drops what it had not
+    # run yet once its replies cannot be delivered (README, "Closing"): on it such a key may
+    # stay until its ttl; every other master has none.
+    running = masters5[:-1] if last_master == "stopped" else masters5
+    for name in burst_names:
+        assert_no_key(running, name, "after aclose()")
     for srv, before in zip(masters5, clients_before):
         wait_until(
             lambda srv=srv, before=before: len(srv.foreign_clients()) == before,

@@ -51,11 +51,11 @@ class FairBase(LockBase):
         self._order = b""
         self._held_ticket = b""  # the holder's ticket, for its release
 
-    def _acquire_steps(self, blocking: Any, deadline_ns: Optional[int]) -> Steps:
-        """LockBase's acquire, in a place of the queue taken by its first attempt and left
-        when the call ends without the lock."""
+    def _attempts(self, blocking: Any, deadline_ns: Optional[int]) -> Steps:
+        """LockBase's attempts, in a place of the queue taken by the first one and left when
+        the call ends without the lock."""
         try:
-            acquired = yield from LockBase._acquire_steps(self, blocking, deadline_ns)
+            acquired = yield from LockBase._attempts(self, blocking, deadline_ns)
         except BaseException:
             yield from self._leave_steps()
             raise
@@ -115,7 +115,7 @@ class FairBase(LockBase):
     def _leave_steps(self) -> Steps:
         """Takes this call's ticket out of every master's queue (best effort, as an unlock)."""
         ticket, self._ticket = self._ticket, None
-        if ticket is None or self._session.closed:
+        if ticket is None or self._session.rounds_closed:
             return
         argv = (self._key, *self._queue, b"", ticket)
         try:

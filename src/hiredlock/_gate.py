@@ -1,69 +1,82 @@
 """The local gate of a lock object shared by the threads of a process.
 
-A Lock (or RLock) object is held by one thread of the process at a time, as a threading.Lock is:
-a thread whose acquire() finds the object held by another waits here for its release (within its
+A Lock object is held by one thread of the process at a time, as a threading.Lock is: a thread
+whose acquire() finds the object held by another waits here for its release (within its
 deadline), with no network traffic, before it tries the masters. hiredlock.aio's TaskGate is the
 same for the tasks of an event loop.
 
-The holder is one attribute, set and cleared under the gate's own mutex, so that an interrupt (a
-signal handler's exception) anywhere leaves the gate either held by the caller, which can see
-that and let it go, or free: never held by nobody.
+A signal handler's exception (Ctrl-C) may come between any two calls of Python code, so every
+change of the gate's state is one call into C: the holder is taken with dict.setdefault and given
+up with dict.pop. An interrupt therefore leaves the gate held by the caller (which sees that with
+mine() and lets it go) or free, never held by nobody, and no mutex can be left locked. The
+wake-up of waiters is a hint (a lock released as a token): a waiter that misses one looks again
+within WAIT_SLICE_S.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Optional
 
 _get_ident = threading.get_ident
 
+# A waiter looks at the gate again at least this often, however it was (not) woken.
+WAIT_SLICE_S = 0.05
+
 
 class ThreadGate:
     """Held by one thread at a time; any thread may leave it (as threading.Lock's release)."""
 
-    __slots__ = ("_free", "owner")
+    __slots__ = ("_holder", "_waiters", "_wake")
 
     def __init__(self) -> None:
-        self._free = threading.Condition(threading.Lock())
-        self.owner: Optional[int] = None  # the thread that holds it
+        self._holder: dict[int, int] = {}  # {0: the holding thread's ident} while held
+        self._waiters: set[int] = set()
+        self._wake = threading.Lock()  # released (a token) when the gate is left with waiters
+        self._wake.acquire()
 
     @property
     def held(self) -> bool:
-        return self.owner is not None
+        return 0 in self._holder
+
+    @property
+    def owner(self) -> Optional[int]:
+        return self._holder.get(0)
 
     def mine(self) -> bool:
         """Whether the calling thread holds the gate."""
-        return self.owner == _get_ident()
+        return self._holder.get(0) == _get_ident()
 
     def try_enter(self) -> bool:
-        with self._free:
-            if self.owner is None:
-                self.owner = _get_ident()
-                return True
-        return False
+        """Takes the gate if it is free (False when held, by this thread too)."""
+        me = _get_ident()
+        holder = self._holder
+        return 0 not in holder and holder.setdefault(0, me) == me
 
     def enter(self, deadline_ns: Optional[int]) -> bool:
         """Waits for the gate until the deadline (monotonic ns; None: for ever); False when it
         stayed held."""
-        free = self._free
-        with free:
-            try:
-                while self.owner is not None:
-                    if deadline_ns is None:
-                        free.wait()
-                        continue
-                    remaining = (deadline_ns - time.monotonic_ns()) / 1e9
-                    if remaining <= 0:
+        me = _get_ident()
+        holder = self._holder
+        waiters = self._waiters
+        waiters.add(me)
+        try:
+            while holder.setdefault(0, me) != me:
+                if deadline_ns is None:
+                    wait = WAIT_SLICE_S
+                else:
+                    wait = min(WAIT_SLICE_S, (deadline_ns - time.monotonic_ns()) / 1e9)
+                    if wait <= 0:
                         return False
-                    free.wait(remaining)
-            except BaseException:
-                free.notify()  # (woken and interrupted: the next waiter gets the wake-up)
-                raise
-            self.owner = _get_ident()
+                self._wake.acquire(True, wait)
             return True
+        finally:
+            waiters.discard(me)
 
     def leave(self) -> None:
-        with self._free:
-            self.owner = None
-            self._free.notify()
+        self._holder.pop(0, None)
+        if self._waiters:
+            with contextlib.suppress(RuntimeError):  # (a token is there already)
+                self._wake.release()

@@ -23,7 +23,14 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from . import _algorithm, _config, _fork, _scripts
 from ._config import Duration
 from ._contract import RoundResult
-from ._errors import AlreadyAcquired, LockLost, NotHeld, QuorumUnreachable, TooManyExtensions
+from ._errors import (
+    AlreadyAcquired,
+    HiredlockError,
+    LockLost,
+    NotHeld,
+    QuorumUnreachable,
+    TooManyExtensions,
+)
 from ._session import Session, Timing
 from ._steps import CLEANUP, PAUSE, SCRIPT, SET_NX, Request, Steps, script
 from ._tokens import new_token
@@ -74,6 +81,7 @@ class LockBase:
         "_owner",
         "_pin",
         "_registry_ref",
+        "_released_by_close",
         "_rounds",
         "_session",
         "_timeout_ms",
@@ -149,6 +157,7 @@ class LockBase:
         self._last_codes: Optional[bytes] = None  # per-master outcomes of the last failed attempt
         self._lost_event: Any = None  # made on first use: see `lost`
         self._registry_ref: Any = None  # this lock's entry in the session's registry, made once
+        self._released_by_close = False  # close() let this acquisition go (see _close_steps)
         # The engine this lock's next rounds must use, when its last one left commands behind on
         # a master (see _steps.run_python): a one-item list, shared by a batch's locks.
         self._pin: list = [None]
@@ -351,13 +360,24 @@ class LockBase:
 
     def _acquire_steps(self, blocking: Any, deadline_ns: Optional[int]) -> Steps:
         """Attempts until acquired (True), given up (False) or refused (an exception), until
-        `deadline_ns` (see acquire_deadline, which checks the arguments before any I/O).
+        `deadline_ns` (see acquire_deadline, which checks the arguments before any I/O); counted
+        as under way for the client's close() (see Session.begin_acquire)."""
+        session = self._session
+        session.begin_acquire()
+        try:
+            return (yield from self._attempts(blocking, deadline_ns))
+        finally:
+            session.end_acquire()
+
+    def _attempts(self, blocking: Any, deadline_ns: Optional[int]) -> Steps:
+        """The attempts of _acquire_steps.
 
         This lock's state is checked first, before any request.
 
         An attempt that fails unlocks every master. An exception in the middle of one (Ctrl-C,
-        a signal handler's exception, a cancelled task, an engine error) must not leave our token
-        on the masters for the whole ttl: the unlock is sent first, then it propagates.
+        a signal handler's exception, a cancelled task, an engine error, the client closed as
+        it won) must not leave our token on the masters for the whole ttl: the unlock is sent
+        first, then it propagates.
         """
         if self._generation != _fork.generation:
             self._this_process()
@@ -374,7 +394,9 @@ class LockBase:
             if channel is None:
                 channel = self._channel = self._wake_channel()
             splits = 0  # attempts in a row that split the masters with rivals
+        session = self._session
         while True:
+            session.check_open()  # (closed during the pause: no more attempts)
             # (the notices heard before this attempt: one that comes before the pause begins
             # ends the pause at once)
             seen = 0 if notices is None else notices.heard.get(channel, 0)
@@ -388,7 +410,8 @@ class LockBase:
                     failed = self._refusal(result, result[1])
                     fence = None
                 if failed is None:
-                    self._took(token, start, fence)
+                    if not self._took(token, start, fence):
+                        raise HiredlockError(closed_while_acquiring(self._name))
                     return True
             except BaseException:
                 yield from self._unlock_steps(token)
@@ -402,7 +425,6 @@ class LockBase:
                 yield from self._unlock_steps(token)
                 raise
             self._refused(failed)
-            session = self._session
             if retrying is None:
                 retrying = _algorithm.Retrying(
                     self._name, session.quorum, session, blocking, deadline_ns
@@ -411,12 +433,12 @@ class LockBase:
             if delay is None:
                 return False
             if notices is None:
-                yield PAUSE, (delay, None, None, 0.0, 0)
+                yield PAUSE, (delay, None, None, 0.0, 0, session.closing)
             else:
                 delay = _algorithm.wake_delay(delay, self._free_in(unlocked))
                 splits = splits + 1 if _algorithm.split_with_rivals(failed[0]) else 0
                 settle = _algorithm.settle_after_notice(failed[1], splits, session.retry_delay)
-                yield PAUSE, (delay, notices, channel, settle, seen)
+                yield PAUSE, (delay, notices, channel, settle, seen, session.closing)
 
     def _fenced_rounds(self, token: bytes, start: int) -> Steps:
         """Acquire with a fence: (the failed round or None, the fence).
@@ -459,7 +481,7 @@ class LockBase:
         if self._token == token:
             self._let_go()
         self._unlocked_token = token
-        if self._session.closed:
+        if self._session.rounds_closed:
             return  # nothing went out (a closed client refuses every round), nor can it now
         try:
             yield self._unlock_request(token, CLEANUP)
@@ -474,31 +496,39 @@ class LockBase:
             return None
         return result
 
-    def _took(self, token: bytes, start: int, fence: Optional[int]) -> None:
-        """The lock is ours from `start` (before the first write of the winning round)."""
-        with self._mutex:
-            self._token = token
-            self._lost = False
-            if self._lost_event is not None:
-                self._lost_event.clear()
-            self._fence = fence
-            self._extensions = 0
-            self._valid_until_ns = start + int((self._ttl_ms - self._drift_ms) * 1_000_000)
-            self._acquired_at_ns = start
-            # renewal stops once the owner (thread or task) has ended
-            self._owner = self._current_owner() if self._auto_renew else None
-            self._acquisition += 1
-            acquisition = self._acquisition
-        self._last_votes = ()
-        self._last_codes = None
+    def _took(self, token: bytes, start: int, fence: Optional[int]) -> bool:
+        """The lock is ours from `start` (before the first write of the winning round); False,
+        and nothing taken, when the client was closed meanwhile (the caller unlocks: close()
+        releases only the locks it finds held)."""
+        session = self._session
         ref = self._registry_ref
         if ref is None:
-            ref = self._registry_ref = self._session.registry_entry(self)
-        self._session.held[id(self)] = ref
+            ref = self._registry_ref = session.registry_entry(self)
+        with session.mutex:
+            if session.closed:
+                return False
+            with self._mutex:
+                self._token = token
+                self._lost = False
+                if self._lost_event is not None:
+                    self._lost_event.clear()
+                self._fence = fence
+                self._extensions = 0
+                self._valid_until_ns = start + int((self._ttl_ms - self._drift_ms) * 1_000_000)
+                self._acquired_at_ns = start
+                # renewal stops once the owner (thread or task) has ended
+                self._owner = self._current_owner() if self._auto_renew else None
+                self._acquisition += 1
+                self._released_by_close = False
+                acquisition = self._acquisition
+            session.held[id(self)] = ref
+        self._last_votes = ()
+        self._last_codes = None
         if self._auto_renew and not self._start_renewal(
             acquisition, start + self._renew_interval_ns()
         ):
             self._mark_lost(acquisition, "renewal cannot run: the client is closed")
+        return True
 
     def _refused(self, failed: RoundResult) -> None:
         """Keeps the votes of a failed attempt (whoever made it has unlocked every master)."""
@@ -516,6 +546,9 @@ class LockBase:
             token, lost = self._let_go()
             result = (yield self._release_request(token))[0]
         except NotHeld:
+            if self._released_by_close and self._session.closed:
+                self._released_by_close = False
+                return  # close() released it a moment ago: one of the two releases wins
             raise  # nothing of ours to unlock (in a forked child: the parent's lock)
         except BaseException:
             if token is not None:  # interrupted: the unlock still goes out
@@ -523,6 +556,15 @@ class LockBase:
             raise
         if lost or result[0].count(_OK) < self._session.quorum:
             raise self._released(result, lost)
+
+    def _close_steps(self) -> Steps:
+        """close()'s release of this lock: as _release_steps, and silent when its holder released
+        it first (whichever release comes second says nothing)."""
+        self._released_by_close = True
+        try:
+            yield from self._release_steps()
+        except NotHeld:
+            return
 
     def _let_go(self) -> tuple[bytes, bool]:
         """Forgets the token (no renewal follows); returns it and whether the lock was lost."""
@@ -685,6 +727,10 @@ class LockBase:
         return f"<hiredlock.{self._kind} {self._name!r} ttl={self.ttl:g}s {state}>"
 
 
+def closed_while_acquiring(name: object) -> str:
+    return f"the client was closed while {name!r} was being acquired (its keys were unlocked)"
+
+
 def acquire_deadline(
     blocking: Any, timeout: Optional[Duration], blocking_timeout: Optional[float]
 ) -> Optional[int]:
@@ -760,12 +806,36 @@ def acquire_permit_steps(
     back exactly that one if an interrupt comes after the steps (give_back_steps).
     """
     deadline_ns = acquire_deadline(blocking, timeout, blocking_timeout)
+    session.begin_acquire()
+    try:
+        return (
+            yield from _permit_attempts(
+                session, name, template, live, make_permit, n_permits, blocking, deadline_ns, taken
+            )
+        )
+    finally:
+        session.end_acquire()
+
+
+def _permit_attempts(
+    session: Session,
+    name: object,
+    template: PermitBase,
+    live: dict,
+    make_permit: Callable[[int], PermitBase],
+    n_permits: int,
+    blocking: Any,
+    deadline_ns: Optional[int],
+    taken: Optional[list],
+) -> Steps:
+    """The attempts of acquire_permit_steps."""
     ttl_ms, timeout_ms, drift_ms = template._ttl_ms, template._timeout_ms, template._drift_ms
     ttl_text = str(ttl_ms).encode()
     retrying = None
     notices = template._notices
     channel = None if notices is None else template._wake_channel()
     while True:
+        session.check_open()  # (closed during the pause: no more attempts)
         seen = 0 if notices is None else notices.heard.get(channel, 0)
         free = [i for i in range(n_permits) if not _held_through(live, i)]
         random.shuffle(free)
@@ -804,7 +874,9 @@ def acquire_permit_steps(
                     raise
             if won:
                 permit = make_permit(batch[won - 1])
-                permit._took(token, start, None)
+                if not permit._took(token, start, None):
+                    yield from _unlock_keys(name, [(permit.key, token)], timeout_ms)
+                    raise HiredlockError(closed_while_acquiring(name))
                 live[permit._index] = permit
                 if taken is not None:
                     taken[:] = [permit, token]
@@ -817,7 +889,7 @@ def acquire_permit_steps(
         delay = retrying.after_failure(codes, votes)
         if delay is None:
             return None, votes
-        yield PAUSE, (delay, notices, channel, 0.0, seen)
+        yield PAUSE, (delay, notices, channel, 0.0, seen, session.closing)
 
 
 def _held_through(live: dict, index: int) -> bool:
@@ -883,6 +955,15 @@ def acquire_many_steps(session: Session, locks: Sequence[LockBase]) -> Steps:
     keys = [lock.key for lock in locks]
     if len(set(keys)) != len(keys):
         raise ValueError("names must not repeat in one batch")
+    session.begin_acquire()
+    try:
+        return (yield from _batch_attempt(session, locks, keys))
+    finally:
+        session.end_acquire()
+
+
+def _batch_attempt(session: Session, locks: Sequence[LockBase], keys: list[bytes]) -> Steps:
+    """The attempt of acquire_many_steps."""
     first = locks[0]  # (made with one ttl: they share its timing)
     ttl_ms, timeout_ms = first._ttl_ms, first._timeout_ms
     tokens = [new_token() for _ in locks]
@@ -896,16 +977,22 @@ def acquire_many_steps(session: Session, locks: Sequence[LockBase]) -> Steps:
     out: list[Optional[LockBase]] = []
     unlock: list[tuple[bytes, bytes]] = []
     unreachable = 0
+    closed = False
     for lock, token, result in zip(locks, tokens, results):
         failed = lock._refusal(result, result[1])
         if failed is None:
-            lock._took(token, start, None)
-            out.append(lock)
-            continue
-        lock._refused(failed)
+            if lock._took(token, start, None):
+                out.append(lock)
+                continue
+            closed = True  # (closed meanwhile: unlocked with the names that were not won)
+        else:
+            lock._refused(failed)
+            unreachable += _algorithm.quorum_unreachable(result[0], session.quorum)
         unlock.append((lock.key, token))
-        unreachable += _algorithm.quorum_unreachable(result[0], session.quorum)
         out.append(None)
+    if closed:
+        yield from give_back_many_steps(locks, unlock)
+        raise HiredlockError(closed_while_acquiring(f"{len(locks)} names"))
     if unlock:
         try:
             yield script(_scripts.RELEASE, 1, unlock, timeout_ms, True, honour_backoff=True)

@@ -459,10 +459,14 @@ class ThreadNotices:
                 board.remove(channel, waiter, time.monotonic())
 
     def close(self) -> None:
-        """Stops the thread (it has ended when this returns) and closes the connections."""
+        """Stops the thread (it has ended when this returns), closes the connections and ends
+        the waits (they return at once)."""
         with self._board.mutex:
             self._closed = True
             thread = self._thread
+            for waiting in self._board.waiters.values():
+                for waiter in waiting:
+                    waiter.notify()
         self._kick()
         if thread is not None and thread is not threading.current_thread():
             thread.join()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Iterable
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from . import _algorithm, _backend, _config, _fork, _scripts
 from ._config import Duration, MasterLike, MasterSpec
@@ -62,8 +62,13 @@ class Session:
         self.notices: Any = None
         self.wake = True
         self.held: dict[int, weakref.ref] = {}
-        self.closed = False
+        self.closed = False  # set first by close(): no acquire may win from then on
+        self.rounds_closed = False  # set last: no round can go out any more
+        self.closing = threading.Event()  # set with `closed`: ends the waits between attempts
         self.mutex = threading.Lock()
+        self.acquiring = 0  # acquires whose steps are under way (see begin_acquire)
+        self._settled = threading.Condition(self.mutex)
+        self._on_settled: list[Callable[[], None]] = []
         self.generation = _fork.generation  # the process (see _fork) the state above is of
         self._timings: dict[tuple, Timing] = {}
         self._renewer: Optional[Watchdog] = None
@@ -128,6 +133,53 @@ class Session:
         if self.closed:
             raise HiredlockError("this Redlock is closed")
 
+    # -- closing with acquires in flight ---------------------------------------------------------
+
+    def begin_acquire(self) -> None:
+        """An acquire's steps begin (HiredlockError when closed): close() waits until every
+        acquire begun has ended, having won nothing (it unlocks what its rounds took once it sees
+        the client closed) or having its lock registered in `held`, which close() releases."""
+        self.this_process()
+        with self.mutex:
+            if self.closed:
+                raise HiredlockError("this Redlock is closed")
+            self.acquiring += 1
+
+    def end_acquire(self) -> None:
+        with self.mutex:
+            self.acquiring -= 1
+            if self.acquiring or not self.closed:
+                return
+            self._settled.notify_all()
+            callbacks, self._on_settled = self._on_settled, []
+        for callback in callbacks:
+            callback()
+
+    def close(self) -> bool:
+        """Marks the client closed (False when it was already) and ends the waits between
+        attempts; the acquires in flight then end within a round or two."""
+        self.this_process()
+        with self.mutex:
+            if self.closed:
+                return False
+            self.closed = True
+        self.closing.set()
+        self.notices.close()  # (its waiters are woken)
+        return True
+
+    def wait_settled(self, timeout: float) -> bool:
+        """Blocks until no acquire is under way (or the timeout: False)."""
+        with self.mutex:
+            return self._settled.wait_for(lambda: self.acquiring == 0, timeout)
+
+    def when_settled(self, callback: Callable[[], None]) -> None:
+        """Calls `callback` once no acquire is under way (now, if none is)."""
+        with self.mutex:
+            if self.acquiring:
+                self._on_settled.append(callback)
+                return
+        callback()
+
     # -- the locks held ------------------------------------------------------------------------
 
     def registry_entry(self, lock: Any) -> weakref.ref:
@@ -159,6 +211,13 @@ class Session:
         if self.generation == _fork.generation:
             return False
         self.mutex = threading.Lock()
+        self._settled = threading.Condition(self.mutex)
+        self._on_settled = []
+        closing = threading.Event()  # (the parent's may be in use by one of its threads)
+        if self.closed:
+            closing.set()
+        self.closing = closing
+        self.acquiring = 0  # (the parent's threads that were acquiring do not exist here)
         self.held = {}
         self._renewer = None
         self.generation = _fork.generation

@@ -15,18 +15,19 @@ A request is a pair (kind, arguments), cheap to make on every round:
                                                     CLEANUP_WAIT_MS at most: an asyncio driver
                                                     shields it from a second cancellation; the
                                                     blocking one just runs it
-    (PAUSE, (seconds, notices, channel, settle, seen))
+    (PAUSE, (seconds, notices, channel, settle, seen, closing))
                                                     wait before the next attempt: `seconds`,
                                                     or less when `notices` (the client's release
                                                     notices, see _notices.py; None: a plain
                                                     sleep) has a notice on `channel` sooner (or
                                                     had one since it had heard `seen`), and
-                                                    then `settle` seconds more
+                                                    then `settle` seconds more; cut short when
+                                                    the client closes (`closing`, its
+                                                    threading.Event)
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Generator, Sequence
 from typing import Any, Optional
 
@@ -69,11 +70,11 @@ def script(
 
 def pause(args: tuple) -> None:
     """Waits as a PAUSE request asks, blocking."""
-    seconds, notices, channel, settle, seen = args
+    seconds, notices, channel, settle, seen, closing = args
     if notices is None:
-        time.sleep(seconds)
+        closing.wait(seconds)
     elif notices.wait(channel, seconds, seen) and settle:
-        time.sleep(settle)
+        closing.wait(settle)
 
 
 def begin_on_engine(engine: Any, kind: int, args: tuple) -> Any:

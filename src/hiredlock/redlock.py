@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 from collections.abc import Iterable
 from typing import Any, Callable, Optional, TypeVar
 
@@ -25,6 +26,12 @@ from .semaphore import Semaphore
 __all__ = ["KeyState", "Redlock"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+_log = logging.getLogger("hiredlock")
+
+# How long close() waits for the acquires under way in other threads to end (each ends within a
+# round or two, bounded by the master timeout); past that it goes on closing.
+CLOSE_SETTLE_S = 30.0
 
 
 class Redlock(ClientBase):
@@ -221,20 +228,21 @@ class Redlock(ClientBase):
         unless its loss was told already (extend() raised LockLost, or its renewal failed).
         """
         session = self._session
-        session.this_process()
-        with session.mutex:
-            if session.closed:
-                return
-            session.closed = True
-            held = session.held_locks()
+        if not session.close():  # (no acquire wins from here on; the waits between attempts
+            return  # and for release notices end)
         session.stop_watchdog()
-        for lock in held:
+        # The locks held now are all the client will ever hold (an acquire in flight that wins
+        # from here on unlocks what it won and raises): released first, then the acquires in
+        # flight in other threads are let end (within a round or two).
+        for lock in session.held_locks():
             told = _lockbase.loss_told(lock)
             try:
-                lock.release()
+                run(lock._close_steps(), session.rounds, lock._pin)
             except Exception as exc:  # closing must not fail half-way
                 _lockbase.close_release_failed(lock, told, exc)
-        session.notices.close()
+        if not session.wait_settled(CLOSE_SETTLE_S):
+            _log.warning("hiredlock: acquires under way after %g s of close()", CLOSE_SETTLE_S)
+        session.rounds_closed = True
         self._pool.close()
 
     def __enter__(self) -> Redlock:

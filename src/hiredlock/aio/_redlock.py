@@ -151,26 +151,27 @@ class AsyncRedlock(ClientBase):
         the masters until its ttl, and is logged as a warning, unless its loss was told already
         (extend() raised LockLost, or its renewal failed)."""
         session = self._session
-        if session.closed:
-            return
-        session.closed = True  # no new acquire goes out from here on
-        session.notices.close()
+        if not session.close():  # (no acquire wins from here on; the waits between attempts
+            return  # and for release notices end)
         rounds = self._rounds
+        rounds.wake_all()
         await rounds.stop_tasks()
-        while True:
-            await rounds.drain()  # an acquire in flight may still win: released below
-            held = session.held_locks()
-            if not held:
-                break
-            told = [_lockbase.loss_told(lock) for lock in held]
-            for lock, was_told, outcome in zip(
-                held,
-                told,
-                await _gather_settled(lock.release() for lock in held),
-            ):
-                if isinstance(outcome, Exception):
-                    _lockbase.close_release_failed(lock, was_told, outcome)
+        # The locks held now are all the client will ever hold (an acquire in flight that wins
+        # from here on unlocks what it won and raises): released first, then the acquires in
+        # flight are let end (within a round or two).
+        held = session.held_locks()
+        told = [_lockbase.loss_told(lock) for lock in held]
+        for lock, was_told, outcome in zip(
+            held, told, await _gather_settled(rounds.run(lock._close_steps()) for lock in held)
+        ):
+            if isinstance(outcome, Exception):
+                _lockbase.close_release_failed(lock, was_told, outcome)
+        settled = rounds.loop().create_future()
+        session.when_settled(lambda: settled.done() or settled.set_result(None))
+        await settled
+        await rounds.drain()
         await rounds.flush()
+        session.rounds_closed = True
         rounds.close()
 
     async def __aenter__(self) -> AsyncRedlock:

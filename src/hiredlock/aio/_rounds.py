@@ -65,6 +65,7 @@ class AsyncRounds:
         self._engine: Any = None  # made on first use
         self._in_flight: Optional[_Batch] = None
         self._tasks: set[asyncio.Task] = set()  # renewals and on_lost coroutines
+        self._closing: Optional[asyncio.Future] = None  # done once aclose() began
         self._closed = False
 
     # -- the loop ------------------------------------------------------------------------------
@@ -82,6 +83,7 @@ class AsyncRounds:
                 self._engine = None
             self._in_flight = None
             self._queued = {}
+            self._closing = None
         return loop
 
     def spawn(self, coroutine: Any) -> bool:
@@ -107,11 +109,11 @@ class AsyncRounds:
             while True:
                 try:
                     if kind == PAUSE:
-                        seconds, notices, channel, settle, seen = args
+                        seconds, notices, channel, settle, seen, _closing = args
                         if notices is None:
-                            await asyncio.sleep(seconds)
+                            await self._sleep(seconds)
                         elif await notices.wait(channel, seconds, seen) and settle:
-                            await asyncio.sleep(settle)
+                            await self._sleep(settle)
                         reply = None
                     elif kind == CLEANUP:
                         reply = await self._uncancelled(args)
@@ -128,6 +130,24 @@ class AsyncRounds:
                 kind, args = send(reply)
         except StopIteration as stop:
             return stop.value
+
+    async def _sleep(self, seconds: float) -> None:
+        """A pause between attempts, cut short by aclose() (see wake_all)."""
+        closing = self._closing
+        if closing is None:
+            closing = self._closing = self.loop().create_future()
+        if not closing.done():
+            await asyncio.wait((closing,), timeout=seconds)
+
+    def wake_all(self) -> None:
+        """aclose(): every pause between attempts ends now."""
+        closing = self._closing
+        if closing is None:
+            if self._loop is None or self._loop.is_closed():
+                return
+            closing = self._closing = self._loop.create_future()
+        if not closing.done():
+            closing.set_result(None)
 
     def _submit(self, kind: int, args: tuple) -> tuple[_Batch, asyncio.Future]:
         loop = _running_loop()
