@@ -196,3 +196,20 @@ def in_child(fn, timeout: float = 30.0):
     out = json.loads(b"".join(chunks))
     assert out["ok"], out["error"]
     return out["value"]
+
+
+def attempt_votes(rl, name, ttl=10):
+    """One non-blocking acquire (released again when it got the lock): (got, [(outcome,
+    detail) of each vote]). A lock keeps the votes of a refused attempt only: a lock taken has
+    [] (every master that matters voted OK)."""
+    from hiredlock import QuorumUnreachable
+
+    lock = rl.lock(name, ttl)
+    try:
+        got = lock.acquire(blocking=False)
+    except QuorumUnreachable as exc:
+        return False, [(vote.outcome, vote.detail) for vote in exc.votes]
+    votes = [(vote.outcome, vote.detail) for vote in lock.last_votes]
+    if got:
+        lock.release()
+    return got, votes

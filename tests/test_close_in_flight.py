@@ -15,11 +15,11 @@ import time
 import pytest
 from aio_support import run_async  # noqa: F401  (the fixture)
 from support import kb, set_foreign, urls
+from test_interrupted_cleanup import TTL, make_waiter
 
 from hiredlock import HiredlockError, Redlock
 from hiredlock.aio import AsyncRedlock
 
-TTL = 30.0  # long: a key left behind is seen, not hidden by its expiry
 THREADS = 16
 KINDS = ["lock", "fair", "read", "semaphore"]
 
@@ -39,15 +39,10 @@ def keys_of(servers, prefix: str, but: frozenset = frozenset()) -> list:
 
 def take(rl, kind: str, name: str, blocking: bool):
     """One acquire of `kind` on `name`; what to release afterwards (None: not acquired)."""
+    waiter = make_waiter(rl, kind, name)
     if kind == "semaphore":
-        return rl.semaphore(name, 2, TTL).acquire(blocking=blocking)
-    if kind == "fair":
-        lock = rl.lock(name, TTL, fair=True)
-    elif kind == "read":
-        lock = rl.rwlock(name, TTL).read()
-    else:
-        lock = rl.lock(name, TTL)
-    return lock if lock.acquire(blocking=blocking) else None
+        return waiter.acquire(blocking=blocking)
+    return waiter if waiter.acquire(blocking=blocking) else None
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -128,20 +123,13 @@ def test_aclose_with_acquires_in_flight_leaves_no_key(
         made = []
 
         async def acquire(i: int):
-            name = f"{key}:{i}"
+            waiter = make_waiter(rl, kind, f"{key}:{i}")
             if kind == "semaphore":
-                semaphore = rl.semaphore(name, 2, TTL)
-                permit = await semaphore.acquire()
+                permit = await waiter.acquire()
                 made.append(permit)
                 return permit is not None
-            if kind == "fair":
-                lock = rl.lock(name, TTL, fair=True)
-            elif kind == "read":
-                lock = rl.rwlock(name, TTL).read()
-            else:
-                lock = rl.lock(name, TTL)
-            made.append(lock)
-            return await lock.acquire()
+            made.append(waiter)
+            return await waiter.acquire()
 
         tasks = [asyncio.ensure_future(acquire(i)) for i in range(BURST)]
         await asyncio.sleep(0.05)  # (the free names' acquires have gone out, the others wait)

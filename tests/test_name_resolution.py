@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 from apis import api_fixture, both_apis, make_redlock_fixture  # noqa: F401
-from support import EXTRA_SLACK, urls, wait_until
+from support import EXTRA_SLACK, attempt_votes, urls, wait_until
 
 from hiredlock import Outcome, QuorumUnreachable, _resolver
 from hiredlock._backend import engine_class
@@ -112,20 +112,6 @@ def flaky_lookups(monkeypatch):
     return up
 
 
-def attempt(rl, key):
-    """One non-blocking acquire (released again when it got the lock): (got, [(outcome,
-    detail) of each vote]); a lock keeps the votes of a refused attempt only."""
-    lock = rl.lock(key, 10)
-    try:
-        got = lock.acquire(blocking=False)
-    except QuorumUnreachable as exc:
-        return False, [(vote.outcome, vote.detail) for vote in exc.votes]
-    votes = [(vote.outcome, vote.detail) for vote in lock.last_votes]
-    if got:
-        lock.release()
-    return got, votes
-
-
 @both_apis
 def test_failed_refresh_keeps_the_last_address(
     engine, api, make_redlock, masters5, key, flaky_lookups, monkeypatch
@@ -138,20 +124,20 @@ def test_failed_refresh_keeps_the_last_address(
     port = masters5[0].port
     url = f"redis://{host}:{port}/0"
     made_at = time.monotonic()  # the name's first answer came after this
-    assert attempt(make_redlock([url], master_timeout=MASTER_TIMEOUT), key) == (True, [])
+    assert attempt_votes(make_redlock([url], master_timeout=MASTER_TIMEOUT), key) == (True, [])
     answered_at = time.monotonic()  # ... and before this
 
     flaky_lookups.clear()
     _resolver.refresh((host, port))  # (what an engine does when a master fails it)
     wait_until(lambda: _resolver._entries[(host, port)].error, 5, "the failed lookup")
     during = make_redlock([url], master_timeout=MASTER_TIMEOUT)
-    assert attempt(during, key) == (True, [])
+    assert attempt_votes(during, key) == (True, [])
     assert masters5[0].admin().get(key) is None  # taken on the master, and released
     assert time.monotonic() < made_at + STALE_S, "too slow for STALE_S"
 
     # Past the stale lifetime (nothing waits for it but time), the failure is the vote.
     time.sleep(max(0.0, answered_at + STALE_S - time.monotonic()))
-    got, votes = attempt(make_redlock([url], master_timeout=MASTER_TIMEOUT), key)
+    got, votes = attempt_votes(make_redlock([url], master_timeout=MASTER_TIMEOUT), key)
     assert not got, votes
     ((outcome, detail),) = votes
     assert outcome == Outcome.CONN_ERROR and f"cannot resolve {host!r}" in detail, votes

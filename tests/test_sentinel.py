@@ -39,6 +39,7 @@ from support import (
     assert_no_key,
     assert_pttl_between,
     assert_values,
+    attempt_votes,
     open_connections,
     set_foreign,
     wait_until,
@@ -398,21 +399,6 @@ def resolver_error(place) -> str:
     return entry.error if entry is not None else ""
 
 
-def attempt(rl, key):
-    """One non-blocking acquire (released again when it got the lock): (got, [(outcome,
-    detail) of each vote]). A lock keeps the votes of a refused attempt only: a lock taken on one
-    master has [] (its master voted OK)."""
-    lock = rl.lock(key, TTL)
-    try:
-        got = lock.acquire(blocking=False)
-    except QuorumUnreachable as exc:
-        return False, [(vote.outcome, vote.detail) for vote in exc.votes]
-    votes = [(vote.outcome, vote.detail) for vote in lock.last_votes]
-    if got:
-        lock.release()
-    return got, votes
-
-
 @both_apis
 def test_stopped_sentinels_keep_the_last_master(
     engine, api, fresh_sentinel_group, make_redlock, key, monkeypatch
@@ -427,7 +413,7 @@ def test_stopped_sentinels_keep_the_last_master(
     made_at = time.monotonic()  # the answers that serve below all came after this
     before = make_redlock([group.url()], master_timeout=MASTER_TIMEOUT)
     place = before.masters[0].sentinel
-    assert attempt(before, key) == (True, [])
+    assert attempt_votes(before, key, TTL) == (True, [])
     for sentinel in group.sentinels:
         sentinel.stop()
     try:
@@ -437,13 +423,13 @@ def test_stopped_sentinels_keep_the_last_master(
         deadline = time.monotonic() + bound
         while not resolver_error(place):
             assert time.monotonic() < deadline, f"no lookup of the group failed in {bound} s"
-            assert attempt(before, key) == (True, [])
+            assert attempt_votes(before, key, TTL) == (True, [])
             time.sleep(0.05)
         failed_at = time.monotonic()  # the last good answer came before this
         assert resolver_error(place).startswith("sentinel: no master found"), place
-        assert attempt(before, key) == (True, [])
+        assert attempt_votes(before, key, TTL) == (True, [])
         during = make_redlock([group.url()], master_timeout=MASTER_TIMEOUT)
-        got, votes = attempt(during, key)
+        got, votes = attempt_votes(during, key, TTL)
         assert (got, votes) == (True, []), resolver_error(place)
         assert master.admin().get(key) is None  # taken on the group's master, and released
         assert time.monotonic() < made_at + OUTAGE_STALE_S, "too slow for OUTAGE_STALE_S"
@@ -453,7 +439,7 @@ def test_stopped_sentinels_keep_the_last_master(
         time.sleep(max(0.0, failed_at + OUTAGE_STALE_S - time.monotonic()))
         after = make_redlock([group.url()], master_timeout=MASTER_TIMEOUT)
         for rl in (before, during, after):
-            got, votes = attempt(rl, key)
+            got, votes = attempt_votes(rl, key, TTL)
             assert not got, votes
             ((outcome, detail),) = votes
             assert outcome == Outcome.CONN_ERROR, votes

@@ -362,12 +362,7 @@ class LockBase:
         """Attempts until acquired (True), given up (False) or refused (an exception), until
         `deadline_ns` (see acquire_deadline, which checks the arguments before any I/O); counted
         as under way for the client's close() (see Session.begin_acquire)."""
-        session = self._session
-        session.begin_acquire()
-        try:
-            return (yield from self._attempts(blocking, deadline_ns))
-        finally:
-            session.end_acquire()
+        return (yield from counted_acquire(self._session, self._attempts(blocking, deadline_ns)))
 
     def _attempts(self, blocking: Any, deadline_ns: Optional[int]) -> Steps:
         """The attempts of _acquire_steps.
@@ -727,6 +722,16 @@ class LockBase:
         return f"<hiredlock.{self._kind} {self._name!r} ttl={self.ttl:g}s {state}>"
 
 
+def counted_acquire(session: Session, attempts: Steps) -> Steps:
+    """An acquire's attempts, counted as under way for the client's close() (see
+    Session.begin_acquire: refused once closed)."""
+    session.begin_acquire()
+    try:
+        return (yield from attempts)
+    finally:
+        session.end_acquire()
+
+
 def closed_while_acquiring(name: object) -> str:
     return f"the client was closed while {name!r} was being acquired (its keys were unlocked)"
 
@@ -806,15 +811,10 @@ def acquire_permit_steps(
     back exactly that one if an interrupt comes after the steps (give_back_steps).
     """
     deadline_ns = acquire_deadline(blocking, timeout, blocking_timeout)
-    session.begin_acquire()
-    try:
-        return (
-            yield from _permit_attempts(
-                session, name, template, live, make_permit, n_permits, blocking, deadline_ns, taken
-            )
-        )
-    finally:
-        session.end_acquire()
+    attempts = _permit_attempts(
+        session, name, template, live, make_permit, n_permits, blocking, deadline_ns, taken
+    )
+    return (yield from counted_acquire(session, attempts))
 
 
 def _permit_attempts(
@@ -955,11 +955,7 @@ def acquire_many_steps(session: Session, locks: Sequence[LockBase]) -> Steps:
     keys = [lock.key for lock in locks]
     if len(set(keys)) != len(keys):
         raise ValueError("names must not repeat in one batch")
-    session.begin_acquire()
-    try:
-        return (yield from _batch_attempt(session, locks, keys))
-    finally:
-        session.end_acquire()
+    return (yield from counted_acquire(session, _batch_attempt(session, locks, keys)))
 
 
 def _batch_attempt(session: Session, locks: Sequence[LockBase], keys: list[bytes]) -> Steps:
