@@ -311,7 +311,11 @@ CONNECT_TIMEOUT_MIN_MS = 100.0
 MAX_REPLY_BYTES = 64 * 1024
 
 # A connection that owes this many replies to abandoned rounds is dropped rather than drained.
-MAX_STALE_REPLIES = 256
+# Dropping it loses the order of its commands against a new connection's (a stopped master that
+# resumes may run an unlock sent on the new one before the SET it undoes, buffered on the old
+# one), so the bound is high: 40 waiters retrying against a stopped master reach 256 in well
+# under a second. Each reply owed keeps at most its command's EVAL (a few hundred bytes).
+MAX_STALE_REPLIES = 4096
 
 # How long the clean-up round after an interruption (a Ctrl-C, a cancelled task) waits for the
 # masters' replies, at most: its unlocks are written to every master and need no answer (a
