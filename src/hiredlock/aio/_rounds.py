@@ -65,7 +65,7 @@ class AsyncRounds:
         self._engine: Any = None  # made on first use
         self._in_flight: Optional[_Batch] = None
         self._tasks: set[asyncio.Task] = set()  # renewals and on_lost coroutines
-        self._closing: Optional[asyncio.Future] = None  # done once aclose() began
+        self._closing: Optional[asyncio.Future[None]] = None  # done once aclose() began
         self._closed = False
 
     # -- the loop ------------------------------------------------------------------------------
