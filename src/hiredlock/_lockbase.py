@@ -821,12 +821,12 @@ def _permit_attempts(
     session: Session,
     name: object,
     template: PermitBase,
-    live: dict,
+    live: dict[int, PermitBase],
     make_permit: Callable[[int], PermitBase],
     n_permits: int,
     blocking: Any,
     deadline_ns: Optional[int],
-    taken: Optional[list],
+    taken: Optional[list[Any]],
 ) -> Steps:
     """The attempts of acquire_permit_steps."""
     ttl_ms, timeout_ms, drift_ms = template._ttl_ms, template._timeout_ms, template._drift_ms

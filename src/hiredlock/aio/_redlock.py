@@ -166,8 +166,13 @@ class AsyncRedlock(ClientBase):
         ):
             if isinstance(outcome, Exception):
                 _lockbase.close_release_failed(lock, was_told, outcome)
-        settled = rounds.loop().create_future()
-        session.when_settled(lambda: settled.done() or settled.set_result(None))
+        settled: asyncio.Future[None] = rounds.loop().create_future()
+
+        def on_settled() -> None:
+            if not settled.done():
+                settled.set_result(None)
+
+        session.when_settled(on_settled)
         await settled
         await rounds.drain()
         await rounds.flush()
