@@ -41,10 +41,6 @@ class ThreadGate:
     def held(self) -> bool:
         return 0 in self._holder
 
-    @property
-    def owner(self) -> Optional[int]:
-        return self._holder.get(0)
-
     def mine(self) -> bool:
         """Whether the calling thread holds the gate."""
         return self._holder.get(0) == _get_ident()
