@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
 # cython: cdivision=True, embedsignature=True
-"""The native engine: the engine contract (hiredlock/_contract.py) on non-blocking libhiredis.
+"""The native engine: the engine contract (hiredlock/_engines/contract.py) on non-blocking libhiredis.
 
 One round: every command for every master is formatted and written before any reply is read; then
 poll() waits on all sockets at once, with the GIL released, and libhiredis parses the replies into
@@ -44,8 +44,12 @@ from libhiredis cimport (
 
 import os
 
-from hiredlock import _connect as connecting, _poller, _resolver, _scripts, _tls
-from hiredlock._connect import LOCAL_ERRNOS, LOCAL_ERROR_PREFIX
+from hiredlock._engines import connect as connecting
+from hiredlock._engines import poller as _poller
+from hiredlock._engines import resolver as _resolver
+from hiredlock._core import scripts as _scripts
+from hiredlock._engines import tls as _tls
+from hiredlock._engines.connect import LOCAL_ERRNOS, LOCAL_ERROR_PREFIX
 
 
 cdef extern from "hl_platform.h" nogil:
@@ -115,7 +119,7 @@ cdef int64_t SIGNAL_SLICE_NS = 10 * 1000000
 # How often a round looks whether the sentinels name a new master for a group it is connected to
 # (a cache read: _resolver asks the sentinels in the background).
 cdef int64_t SENTINEL_CHECK_NS = <int64_t>(_resolver.SENTINEL_CHECK_S * 1e9)
-# What a vote says when a connection did not start: the Python package's texts (_connect.py), the
+# What a vote says when a connection did not start: the Python package's texts (_engines/connect.py), the
 # same on both engines.
 cdef bytes _CONNECT_TIMED_OUT = connecting.CONNECT_TIMED_OUT.encode()
 cdef bytes _TLS_HANDSHAKE_TIMED_OUT = connecting.TLS_HANDSHAKE_TIMED_OUT.encode()
@@ -123,12 +127,12 @@ cdef bytes _PLAINTEXT_RESET = connecting.PLAINTEXT_RESET.encode()
 cdef const char *CONNECT_TIMED_OUT = _CONNECT_TIMED_OUT
 cdef const char *TLS_HANDSHAKE_TIMED_OUT = _TLS_HANDSHAKE_TIMED_OUT
 cdef const char *PLAINTEXT_RESET = _PLAINTEXT_RESET
-# What fds_wanted() reports, in the event loop's terms (hiredlock._poller's).
+# What fds_wanted() reports, in the event loop's terms (hiredlock._engines.poller's).
 cdef int EVENT_IN = _poller.POLLIN
 cdef int EVENT_OUT = _poller.POLLOUT
 
 # A connect that fails for want of this process's own resources is a local error, not the
-# master's (see hiredlock/_connect.py): libhiredis reports it as the errno's text, at the end of
+# master's (see hiredlock/_engines/connect.py): libhiredis reports it as the errno's text, at the end of
 # its message ("Can't create socket: Too many open files").
 _LOCAL_TEXTS = tuple(os.strerror(code).encode() for code in sorted(LOCAL_ERRNOS))
 _LOCAL_PREFIX = LOCAL_ERROR_PREFIX.encode()
@@ -355,7 +359,7 @@ cdef struct Master:
     # number can be reused.
     bint defer_free
     redisContext *doomed
-    # TLS (see hiredlock/_tls.py): the master's connections carry every byte through a
+    # TLS (see hiredlock/_engines/tls.py): the master's connections carry every byte through a
     # TLSChannel (NativeEngine._channels[i], made once the TCP connect is confirmed; called with
     # the GIL); plaintext masters never take the GIL for I/O.
     bint tls
@@ -1072,7 +1076,7 @@ cdef class NativeEngine:
         self.c_timeout_ns = timeout_ns
         self.c_wait_all = wait_all
         # The unlock after a failed attempt decides nothing anyone waits for: it goes to every
-        # master but waits for the ones keeping up only, decided or not (see _contract.py).
+        # master but waits for the ones keeping up only, decided or not (see _engines/contract.py).
         self.c_best_effort = wait_all and honour_backoff
         self.c_extended = False
 
@@ -1152,7 +1156,7 @@ cdef class NativeEngine:
         return nfds
 
     cdef inline bint _stop(self, int nfds) noexcept nogil:
-        """Whether the round is over (the stop rules of _contract.py), given what _wanted() just
+        """Whether the round is over (the stop rules of _engines/contract.py), given what _wanted() just
         found. While a key is undecided, every master that may still answer is waited for
         (lagging ones too: skipping one the quorum needs would be a false failure); once all are
         decided, a wait_all round waits for the masters marked `waited` only."""
@@ -1886,7 +1890,7 @@ cdef class NativeEngine:
 
     cdef void _local_failure(self, int i, const char *reason) noexcept nogil:
         """Master i's connect failed for want of this process's resources: its votes say so; no
-        reconnect backoff starts (see hiredlock/_connect.py)."""
+        reconnect backoff starts (see hiredlock/_engines/connect.py)."""
         cdef char detail[MAX_LOCAL_DETAIL]
         snprintf(detail, sizeof(detail), b"%s%s", local_prefix, reason)
         self._vote_master(i, CONN_ERROR, detail)
@@ -1914,7 +1918,7 @@ cdef class NativeEngine:
 cdef class NativeRound:
     """One round of a NativeEngine, fed by a driver (an event loop) instead of waited for in C:
 
-        fds_wanted()            fd -> POLLIN | POLLOUT (hiredlock._poller's): what the round
+        fds_wanted()            fd -> POLLIN | POLLOUT (hiredlock._engines.poller's): what the round
                                 waits for on each socket
         on_ready(fd, r, w)      that socket is readable (r) and/or writable (w)
         next_deadline_ns        when (time.monotonic_ns) on_deadline is due
@@ -1960,7 +1964,7 @@ cdef class NativeRound:
         return wanted
 
     def finished(self):
-        """Whether the round is over (the stop rules of _contract.py)."""
+        """Whether the round is over (the stop rules of _engines/contract.py)."""
         cdef NativeEngine e = self.engine
         if self.ended or self.over:
             return True
@@ -2077,9 +2081,9 @@ cdef class NativeRound:
         e.busy = False
 
 
-# -- the blocking driver of the algorithm's steps (hiredlock/_steps.py) ----------------------------
+# -- the blocking driver of the algorithm's steps (hiredlock/_core/requests.py) ----------------------------
 #
-# The same loop as _steps.run_python, in C: PyIter_Send hands back the generator's return value
+# The same loop as _engines/blocking.py run_python, in C: PyIter_Send hands back the generator's return value
 # without raising StopIteration, and no Python frame runs between two rounds. The request kinds
 # are _steps' own constants, handed over by set_step_kinds() when _steps is imported.
 
@@ -2098,7 +2102,7 @@ _pause = None
 
 
 def set_step_kinds(int set_nx, int pause, pause_function):
-    """Tells run_steps the request kinds of hiredlock._steps and how a pause is waited for
+    """Tells run_steps the request kinds of hiredlock._core.requests and how a pause is waited for
     (called by that module)."""
     global _SET_NX, _PAUSE, _pause
     _SET_NX = set_nx
@@ -2108,7 +2112,7 @@ def set_step_kinds(int set_nx, int pause, pause_function):
 
 def run_steps(steps, pool, list pin=None):
     """Drives a step generator to its end, blocking, on engines from `pool`; see
-    _steps.run_python (pin included). A native engine's rounds are called in C, without a Python
+    hiredlock._engines.blocking.run_python (pin included). A native engine's rounds are called in C, without a Python
     call in between."""
     cdef PyObject *sent = NULL
     cdef int status = PyIter_Send(steps, None, &sent)

@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from hiredlock._scripts import EXTEND, RELEASE, RELEASE_AFTER_FAILURE
+from hiredlock._core.scripts import EXTEND, RELEASE, RELEASE_AFTER_FAILURE
 
 Misbehave = Callable[[socket.socket], None]
 

@@ -10,7 +10,7 @@ from apis import make_redlock_fixture, pytest_generate_tests  # noqa: F401  (bot
 from faults.proxy import FaultProxy
 
 from hiredlock import Outcome
-from hiredlock._scripts import CONNECT_TIMEOUT_MIN_MS, MASTER_TIMEOUT_MAX_MS
+from hiredlock._core.scripts import CONNECT_TIMEOUT_MIN_MS, MASTER_TIMEOUT_MAX_MS
 
 # The slow master's replies come this late: past the default master timeout (at most
 # MASTER_TIMEOUT_MAX_MS), well inside the connect allowance.

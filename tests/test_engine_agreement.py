@@ -1,4 +1,5 @@
-"""The two engines follow the same stop rules (the decision table in hiredlock/_contract.py).
+"""The two engines follow the same stop rules (the decision table in
+hiredlock/_engines/contract.py).
 
 Each test scripts its masters' timelines (tests/fake_master.TimedMasters, in a process of their
 own: answer at once, late, never, or take a command's first bytes only; servers.BlackHole: a
@@ -22,10 +23,10 @@ from fake_master import TimedMasters
 from servers import BlackHole
 
 from hiredlock import Outcome
-from hiredlock._aio_driver import drive
-from hiredlock._backend import engine_class
-from hiredlock._config import parse_masters
-from hiredlock._scripts import CONNECT_TIMEOUT_MIN_MS, PING
+from hiredlock._core.config import parse_masters
+from hiredlock._core.scripts import CONNECT_TIMEOUT_MIN_MS, PING
+from hiredlock._engines.selection import engine_class
+from hiredlock.aio._driver import drive
 
 TIMEOUT_MS = 30.0
 LATE_S = 0.045

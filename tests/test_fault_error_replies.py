@@ -39,7 +39,7 @@ from servers import REDIS_SERVER, RedisServer
 from support import assert_no_key, urls, vote_for, wait_until
 
 from hiredlock import LockLost, Outcome, QuorumUnreachable
-from hiredlock._scripts import fence_key
+from hiredlock._core.scripts import fence_key
 
 pytest_plugins = ["faults.plugin"]
 

@@ -24,7 +24,7 @@ from faults.masters import Fault
 from faults.scenario import Scenario
 
 from hiredlock import QuorumUnreachable
-from hiredlock._scripts import RELEASE
+from hiredlock._core.scripts import RELEASE
 
 pytest_plugins = ["faults.plugin"]
 

@@ -20,7 +20,7 @@ RESTART_RUNS = 15
 def test_frozen_minority_costs_release_one_timeout(engine, make_redlock, masters5, key):
     """Bug B1 (python engine; fixed in bfba2ba).  Two of five masters SIGSTOPped: the first
     release waits for them (master_timeout); from then on they owe replies and are not waited
-    for (README, _contract.py), so later releases take about as long as the healthy masters
+    for (README, _engines/contract.py), so later releases take about as long as the healthy masters
     need."""
     rl = make_redlock(urls(masters5), master_timeout=MT)
     warm = rl.lock(key + ":warm", 5)

@@ -24,7 +24,7 @@ from faults.oracles import keys_with_prefix
 from faults.scenario import Scenario
 
 from hiredlock import HiredlockError, QuorumUnreachable, Redlock
-from hiredlock._scripts import ACQUIRE_FENCED, RAISE_FENCE, RELEASE
+from hiredlock._core.scripts import ACQUIRE_FENCED, RAISE_FENCE, RELEASE
 
 pytest_plugins = ["faults.plugin"]
 

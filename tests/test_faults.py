@@ -19,7 +19,8 @@ from support import (
     wait_until,
 )
 
-from hiredlock import LockNotAcquired, Outcome, QuorumUnreachable, _scripts
+from hiredlock import LockNotAcquired, Outcome, QuorumUnreachable
+from hiredlock._core import scripts as _scripts
 
 MT = 0.05  # master_timeout used by these tests
 FAILED = {Outcome.TIMEOUT, Outcome.CONN_ERROR, Outcome.ERROR}

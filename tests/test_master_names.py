@@ -1,7 +1,7 @@
 """Masters given by host name (beside tests/test_name_resolution.py, which has the resolver that
-never answers): names are resolved outside the rounds (src/hiredlock/_resolver.py), so a name that
-does not resolve costs acquire, extend and release nothing, and the master votes CONN_ERROR with
-the resolver's reason; `localhost` works."""
+never answers): names are resolved outside the rounds (src/hiredlock/_engines/resolver.py), so a
+name that does not resolve costs acquire, extend and release nothing, and the master votes
+CONN_ERROR with the resolver's reason; `localhost` works."""
 
 from __future__ import annotations
 

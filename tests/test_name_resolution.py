@@ -14,9 +14,10 @@ import pytest
 from apis import api_fixture, both_apis, make_redlock_fixture  # noqa: F401
 from support import EXTRA_SLACK, attempt_votes, urls, wait_until
 
-from hiredlock import Outcome, QuorumUnreachable, _resolver
-from hiredlock._backend import engine_class
-from hiredlock._config import MasterSpec
+from hiredlock import Outcome, QuorumUnreachable
+from hiredlock._core.config import MasterSpec
+from hiredlock._engines import resolver as _resolver
+from hiredlock._engines.selection import engine_class
 
 SLOW_DOMAIN = ".hl-slow-resolve.test"
 MASTER_TIMEOUT = 0.05

@@ -22,9 +22,9 @@ import pytest
 from support import EXTRA_SLACK, FOREIGN, assert_no_key, assert_values, kb, values
 
 from hiredlock import HiredlockError, Outcome, QuorumUnreachable
-from hiredlock._backend import engine_class
-from hiredlock._config import parse_masters
-from hiredlock._scripts import EXTEND, RELEASE
+from hiredlock._core.config import parse_masters
+from hiredlock._core.scripts import EXTEND, RELEASE
+from hiredlock._engines.selection import engine_class
 
 pytestmark = pytest.mark.skipif(
     not hasattr(signal, "setitimer"), reason="signal.setitimer is POSIX only"

@@ -10,7 +10,7 @@ import time
 from features_support import MT, lib_addrs
 from support import urls
 
-from hiredlock import _pool
+from hiredlock._engines import pool as _pool
 
 
 def _open_fds() -> int:

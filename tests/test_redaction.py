@@ -14,7 +14,8 @@ import pytest
 import redis
 from test_cli_common import cli, env, processes_mentioning, start, stop
 
-from hiredlock import MasterSpec, QuorumUnreachable, Redlock, _config
+from hiredlock import MasterSpec, QuorumUnreachable, Redlock
+from hiredlock._core import config as _config
 
 SECRET = "Sekrit-42"
 

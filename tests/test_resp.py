@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hiredlock._resp import (
+from hiredlock._engines.resp import (
     NOT_READY,
     ProtocolError,
     Reader,

@@ -1,5 +1,5 @@
 """Both engines' event-fed rounds (begin_set_nx / begin_script -> round, finish(round)) driven by
-the asyncio driver (hiredlock._aio_driver), real servers: the same votes as the blocking path, the
+the asyncio driver (hiredlock.aio._driver), real servers: the same votes as the blocking path, the
 engine held until its round ends, a stopped master's timeout, cancellation at any point never
 desynchronising the engine nor leaving the loop with a registration, many rounds at once on one
 loop, and a master dying mid-round."""
@@ -14,11 +14,11 @@ import time
 
 import pytest
 
-from hiredlock._aio_driver import drive
-from hiredlock._backend import engine_class
-from hiredlock._config import parse_masters
-from hiredlock._engine_py import PythonEngine
-from hiredlock._scripts import EXTEND, RELEASE, Outcome
+from hiredlock._core.config import parse_masters
+from hiredlock._core.scripts import EXTEND, RELEASE, Outcome
+from hiredlock._engines.python_engine import PythonEngine
+from hiredlock._engines.selection import engine_class
+from hiredlock.aio._driver import drive
 
 OK = int(Outcome.OK)
 TAKEN = int(Outcome.TAKEN)

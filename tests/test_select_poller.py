@@ -9,12 +9,14 @@ import pytest
 from servers import BlackHole
 from support import assert_no_key, assert_values, set_foreign, urls
 
-from hiredlock import QuorumUnreachable, Redlock, _engine_py, _poller
+from hiredlock import QuorumUnreachable, Redlock
+from hiredlock._engines import poller as _poller
+from hiredlock._engines import python_engine as _python_engine
 
 
 @pytest.fixture
 def select_poller(monkeypatch):
-    monkeypatch.setattr(_engine_py, "new_poller", _poller.SelectPoller)
+    monkeypatch.setattr(_python_engine, "new_poller", _poller.SelectPoller)
 
 
 @pytest.fixture

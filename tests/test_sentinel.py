@@ -45,8 +45,9 @@ from support import (
     wait_until,
 )
 
-from hiredlock import Outcome, QuorumUnreachable, _resolver
-from hiredlock._sentinel import SENTINEL_TIMEOUT_S
+from hiredlock import Outcome, QuorumUnreachable
+from hiredlock._engines import resolver as _resolver
+from hiredlock._engines.sentinel import SENTINEL_TIMEOUT_S
 
 TTL = 10.0
 # Generous for a loaded machine: the first round may wait (this long at most) for the group's

@@ -1,5 +1,5 @@
 """Both blocking drivers of the algorithm's steps (the C loop in hiredlock._native and
-_steps.run_python, the fallback where the extension does not load) do the same thing, on real
+_blocking.run_python, the fallback where the extension does not load) do the same thing, on real
 servers: rounds, pauses between attempts, return values, and an exception raised during a round
 thrown into the steps so that their unlock goes out before it propagates."""
 
@@ -11,7 +11,8 @@ import pytest
 from support import assert_no_key, assert_values, debug_sleep, set_foreign, urls
 
 import hiredlock
-from hiredlock import _steps, lock, redlock
+from hiredlock import lock, redlock
+from hiredlock._engines import blocking as _blocking
 
 DRIVERS = ["c", "python"]
 
@@ -24,9 +25,9 @@ def driver(request, monkeypatch):
         from hiredlock import _native
 
         run = _native.run_steps
-        assert _steps.run is run, "the C driver must be the default where the extension loads"
+        assert _blocking.run is run, "the C driver must be the default where the extension loads"
     else:
-        run = _steps.run_python
+        run = _blocking.run_python
     monkeypatch.setattr(lock, "run", run)
     monkeypatch.setattr(redlock, "run", run)
     return run

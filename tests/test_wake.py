@@ -262,7 +262,7 @@ def delay_the_next_wait(monkeypatch, api, delay):
     set when that wait is called. Wraps the notices' wait(), whatever its arguments."""
     armed, between = threading.Event(), threading.Event()
     if api == "sync":
-        from hiredlock._notices import ThreadNotices as notices_class
+        from hiredlock._engines.notices import ThreadNotices as notices_class
 
         original = notices_class.wait
 

@@ -6,9 +6,8 @@ with Redlock(["redis://127.0.0.1:6379/0", ...]) as redlock:
         ...
 """
 
-from ._backend import available_backends
-from ._config import MasterSpec
-from ._errors import (
+from ._core.config import MasterSpec
+from ._core.errors import (
     AlreadyAcquired,
     EngineUnavailable,
     HiredlockError,
@@ -20,7 +19,8 @@ from ._errors import (
     TooManyExtensions,
     Vote,
 )
-from ._scripts import MAX_TTL_MS, Outcome
+from ._core.scripts import MAX_TTL_MS, Outcome
+from ._engines.selection import available_backends
 from .fairlock import FairLock
 from .lock import Lock
 from .redlock import KeyState, Redlock

@@ -1,8 +1,8 @@
-"""FairLock: a Lock whose waiters get it in the order they asked (see _fairlocks.py)."""
+"""FairLock: a Lock whose waiters get it in the order they asked (see _core/fairlocks.py)."""
 
 from __future__ import annotations
 
-from ._fairlocks import FairBase
+from ._core.fairlocks import FairBase
 from .lock import Lock
 
 __all__ = ["FairLock"]

@@ -1,5 +1,5 @@
-"""Lock: one named lock on a Redlock's masters, driven by the calling thread (see _lockbase.py for
-the algorithm it shares with hiredlock.aio.AsyncLock)."""
+"""Lock: one named lock on a Redlock's masters, driven by the calling thread (see _core/lockbase.py
+for the algorithm it shares with hiredlock.aio.AsyncLock)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import logging
 import threading
 from typing import Any, Optional
 
-from . import _fork
-from ._config import Duration
-from ._errors import HiredlockError, LockLost, LockNotAcquired, NotHeld
-from ._gate import ThreadGate
-from ._lockbase import LockBase, acquire_deadline
-from ._steps import run
-from ._tokens import new_token
+from ._core import fork as _fork
+from ._core.config import Duration
+from ._core.errors import HiredlockError, LockLost, LockNotAcquired, NotHeld
+from ._core.lockbase import LockBase, acquire_deadline
+from ._core.tokens import new_token
+from ._engines.blocking import run
+from ._sync.gate import ThreadGate
 
 __all__ = ["Lock", "WithStatement", "new_token"]
 
@@ -145,11 +145,11 @@ class Lock(WithStatement, LockBase):
         return not owner.is_alive()
 
     def _start_renewal(self, acquisition: int, due_ns: int) -> bool:
-        return self._session.watchdog().watch(self._renew, acquisition, due_ns)
+        return self._session.renewals.watchdog().watch(self._renew, acquisition, due_ns)
 
     def _call_on_lost_soon(self) -> None:
         # on the watchdog's callbacks thread: a slow on_lost delays no renewal
-        self._session.watchdog().call_soon(self._call_on_lost)
+        self._session.renewals.watchdog().call_soon(self._call_on_lost)
 
     def _renew(self, acquisition: int) -> Optional[int]:
         """One renewal of `acquisition` (the watchdog calls it); when to renew next, or None."""

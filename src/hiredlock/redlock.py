@@ -8,15 +8,19 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Callable, Optional, TypeVar
 
-from . import _batches, _config, _lockbase
-from ._batches import KeyState
-from ._client import ClientBase, NameOrFactory
-from ._config import Duration
-from ._errors import Vote
-from ._notices import ThreadNotices
-from ._pool import EnginePool
-from ._session import Session
-from ._steps import run
+from ._core import batches as _batches
+from ._core import config as _config
+from ._core import lockbase as _lockbase
+from ._core.batches import KeyState
+from ._core.client import ClientBase, NameOrFactory
+from ._core.config import Duration
+from ._core.errors import Vote
+from ._core.session import Session
+from ._engines import selection as _selection
+from ._engines.blocking import run
+from ._engines.notices import ThreadNotices
+from ._engines.pool import EnginePool
+from ._sync.watchdog import Renewals
 from .fairlock import FairLock
 from .lock import Lock
 from .rlock import RLock
@@ -59,7 +63,10 @@ class Redlock(ClientBase):
     (2**31 - 1 ms, about 24.8 days): a longer one is refused with ValueError when it is given.
     """
 
+    _engine_for = staticmethod(_selection.engine_class)
+
     def _rounds_for(self, session: Session) -> EnginePool:
+        session.renewals = Renewals(session)
         self._pool = EnginePool(session.new_engine)
         return self._pool
 
@@ -230,7 +237,7 @@ class Redlock(ClientBase):
         session = self._session
         if not session.close():  # (no acquire wins from here on; the waits between attempts
             return  # and for release notices end)
-        session.stop_watchdog()
+        session.renewals.stop()
         # The locks held now are all the client will ever hold (an acquire in flight that wins
         # from here on unlocks what it won and raises): released first, then the acquires in
         # flight in other threads are let end (within a round or two).

@@ -6,9 +6,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
-from . import _config, _fork
-from ._config import Duration
-from ._errors import NotHeld
+from ._core import config as _config
+from ._core import fork as _fork
+from ._core.config import Duration
+from ._core.errors import NotHeld
 from .lock import Lock, WithStatement
 
 if TYPE_CHECKING:

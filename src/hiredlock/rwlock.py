@@ -1,9 +1,9 @@
-"""RWLock: many readers or one writer of a name (see _rwlocks.py for the rules and why they
+"""RWLock: many readers or one writer of a name (see _core/rwlocks.py for the rules and why they
 hold); its read and write locks have the Lock API."""
 
 from __future__ import annotations
 
-from ._rwlocks import ReaderBase, RWLockBase, WriterBase
+from ._core.rwlocks import ReaderBase, RWLockBase, WriterBase
 from .lock import Lock
 
 __all__ = ["RWLock", "ReadLock", "WriteLock"]

@@ -7,11 +7,11 @@ import logging
 import threading
 from typing import Any, Optional
 
-from ._config import Duration
-from ._errors import HiredlockError, LockNotAcquired
-from ._lockbase import PermitBase, give_back_steps
-from ._semaphores import SemaphoreBase
-from ._steps import run
+from ._core.config import Duration
+from ._core.errors import HiredlockError, LockNotAcquired
+from ._core.lockbase import PermitBase, give_back_steps
+from ._core.semaphores import SemaphoreBase
+from ._engines.blocking import run
 from .lock import Lock
 
 __all__ = ["Permit", "Semaphore"]

@@ -49,7 +49,7 @@ B4 = "library bug B4 (fixed)"
 
 
 # B5 (FIXED: the keys' TTL is only ever lengthened): fair lock.  FAIR_ACQUIRE
-# (src/hiredlock/_scripts.py) set the queue's keys
+# (src/hiredlock/_core/scripts.py) set the queue's keys
 # hiredlock:fair:q:/e:<name> to expire one waiting window after *this* attempt, the calling
 # client's window (3 x retry_delay + 2 master timeouts): `pexpire KEYS[2] ARGV[5]` unconditional.
 # An attempt by a client with a shorter window (a smaller retry_delay or master_timeout) thus

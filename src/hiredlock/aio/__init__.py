@@ -6,7 +6,7 @@ async with AsyncRedlock(["redis://127.0.0.1:6379/0", ...]) as redlock:
         ...
 """
 
-from .._batches import KeyState
+from .._core.batches import KeyState
 from ._fairlock import AsyncFairLock
 from ._lock import AsyncLock, AsyncRLock
 from ._redlock import AsyncRedlock

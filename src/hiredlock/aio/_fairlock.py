@@ -1,8 +1,8 @@
-"""AsyncFairLock: FairLock for asyncio (see hiredlock._fairlocks)."""
+"""AsyncFairLock: FairLock for asyncio (see hiredlock._core.fairlocks)."""
 
 from __future__ import annotations
 
-from .._fairlocks import FairBase
+from .._core.fairlocks import FairBase
 from ._lock import AsyncLock
 
 

@@ -1,4 +1,4 @@
-"""The local gate of a lock object shared by the tasks of an event loop (hiredlock._gate's
+"""The local gate of a lock object shared by the tasks of an event loop (hiredlock._sync.gate's
 ThreadGate for threads): held by one task at a time, handed to the waiters in the order they came.
 """
 

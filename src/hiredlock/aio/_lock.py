@@ -1,4 +1,5 @@
-"""AsyncLock and AsyncRLock: hiredlock's locks for asyncio (the algorithm is _lockbase.py's)."""
+"""AsyncLock and AsyncRLock: hiredlock's locks for asyncio (the algorithm is
+_core/lockbase.py's)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
-from .. import _config
-from .._config import Duration
-from .._errors import HiredlockError, LockNotAcquired, NotHeld
-from .._lockbase import LockBase, acquire_deadline
+from .._core import config as _config
+from .._core.config import Duration
+from .._core.errors import HiredlockError, LockNotAcquired, NotHeld
+from .._core.lockbase import LockBase, acquire_deadline
 from ._gate import TaskGate
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
-"""Release notices for AsyncRedlock: the NoticeBoard of hiredlock._notices driven by the event
-loop (its reader and writer callbacks on the subscribers' sockets). No thread is started.
+"""Release notices for AsyncRedlock: the NoticeBoard of hiredlock._engines.notices driven by the
+event loop (its reader and writer callbacks on the subscribers' sockets). No thread is started.
 
 One timer per client at most, set for the next thing due: the earliest timeout of a waiting task,
 or what the board has to do (NoticeBoard.next_due: an idle channel to forget, a subscriber to
@@ -16,9 +16,9 @@ import time
 from collections.abc import Sequence
 from typing import Optional
 
-from .._config import MasterSpec
-from .._notices import NoticeBoard, Subscriber
-from .._poller import POLLOUT
+from .._core.config import MasterSpec
+from .._engines.notices import NoticeBoard, Subscriber
+from .._engines.poller import POLLOUT
 
 # The timeouts of waits that ended sooner stay in the heap until they come up: it is rebuilt
 # without them when they are more than this many and more than half of it.

@@ -8,12 +8,15 @@ import inspect
 from collections.abc import Iterable
 from typing import Any, Callable, Optional, TypeVar
 
-from .. import _batches, _config, _lockbase
-from .._batches import KeyState
-from .._client import ClientBase, NameOrFactory
-from .._config import Duration
-from .._errors import Vote
-from .._session import Session
+from .._core import batches as _batches
+from .._core import config as _config
+from .._core import lockbase as _lockbase
+from .._core.batches import KeyState
+from .._core.client import ClientBase, NameOrFactory
+from .._core.config import Duration
+from .._core.errors import Vote
+from .._core.session import Session
+from .._engines import selection as _selection
 from ._fairlock import AsyncFairLock
 from ._lock import AsyncLock, AsyncRLock
 from ._notices import LoopNotices
@@ -32,6 +35,8 @@ class AsyncRedlock(ClientBase):
     write per master. It starts no thread of its own. Use one AsyncRedlock per event loop, and
     close it with `await aclose()` (or `async with AsyncRedlock(...) as redlock:`).
     """
+
+    _engine_for = staticmethod(_selection.engine_class)
 
     def _rounds_for(self, session: Session) -> AsyncRounds:
         self._rounds = AsyncRounds(session)

@@ -7,7 +7,7 @@ them), and each task is handed its own slice of the results. An AsyncRedlock has
 connection per master), and its batches go out one after another: while one is in flight, the
 rounds asked for meanwhile wait and go together when it ends. A round asked for while nothing is
 queued or in flight goes out at once. The engine's rounds are fed by the loop's reader, writer
-and timer callbacks (see hiredlock._aio_driver): no thread, no task per round, and the native
+and timer callbacks (see hiredlock.aio._driver): no thread, no task per round, and the native
 engine's C code parses the replies.
 
 One connection per master is what keeps a lock's commands in order on every master: a release
@@ -28,11 +28,12 @@ import functools
 import logging
 from typing import Any, Optional
 
-from .. import _batches, _scripts
-from .._aio_driver import start
-from .._errors import HiredlockError
-from .._session import Session
-from .._steps import CLEANUP, PAUSE, SCRIPT, SET_NX, Steps, begin_on_engine
+from .._core import batches as _batches
+from .._core import scripts as _scripts
+from .._core.errors import HiredlockError
+from .._core.requests import CLEANUP, PAUSE, SCRIPT, SET_NX, Steps
+from .._core.session import Session
+from ._driver import begin_on_engine, start
 
 _ACQUIRE_FENCED_SHA = _scripts.ACQUIRE_FENCED.sha
 
@@ -101,8 +102,8 @@ class AsyncRounds:
 
     async def run(self, steps: Steps) -> Any:
         """Drives a step generator to its end on the loop; returns what it returns (see
-        hiredlock._steps: an exception, cancellation included, is thrown into the steps at the
-        request it interrupted, so that their clean-up goes out before it propagates)."""
+        hiredlock._core.requests: an exception, cancellation included, is thrown into the steps at
+        the request it interrupted, so that their clean-up goes out before it propagates)."""
         send = steps.send
         try:
             kind, args = send(None)

@@ -1,8 +1,8 @@
-"""AsyncRWLock: RWLock for asyncio (see hiredlock._rwlocks for the rules)."""
+"""AsyncRWLock: RWLock for asyncio (see hiredlock._core.rwlocks for the rules)."""
 
 from __future__ import annotations
 
-from .._rwlocks import ReaderBase, RWLockBase, WriterBase
+from .._core.rwlocks import ReaderBase, RWLockBase, WriterBase
 from ._lock import AsyncLock
 
 

@@ -35,7 +35,7 @@ def master_urls(option_values: Optional[Sequence[str]]) -> tuple[list[str], str]
         for url in chunk.split(","):
             url = url.strip()
             if not url:
-                from hiredlock._config import redact
+                from hiredlock._core.config import redact
 
                 listed = ",".join(redact(part) for part in chunk.split(","))
                 raise CliError(f"{source}: empty URL in {listed!r} (URLs are comma-separated)")
@@ -76,7 +76,7 @@ def lost_votes(votes: Sequence[Any]) -> str:
     """What the masters said in the round that found a held lock lost (a renewal or a release):
     how many answered that the key is no longer ours, and which failed to answer."""
     from hiredlock import Outcome
-    from hiredlock._scripts import FAILURES
+    from hiredlock._core.scripts import FAILURES
 
     if not votes:
         return "no master was asked"

@@ -141,8 +141,9 @@ def _read(spec: Any, name: str) -> Read:
     """The value of `name` (a short form) and the permits of the semaphore `name` held on one
     master; None for what cannot be read (also on TLS and Sentinel-managed masters, which these
     plain redis-py reads do not reach)."""
-    from hiredlock import _config, _scripts
-    from hiredlock._semaphores import MAX_PERMITS
+    from hiredlock._core import config as _config
+    from hiredlock._core import scripts as _scripts
+    from hiredlock._core.semaphores import MAX_PERMITS
 
     redis = need_redis(USAGE)
     if spec.tls is not None or spec.sentinel is not None:

@@ -1,7 +1,7 @@
 """Read-write locks: many readers or one writer of a name, judged over a quorum as a lock is.
 
 Each side is a lock kind (ReaderBase, WriterBase: the API classes add Lock's or AsyncLock's API)
-whose rounds run the read-write scripts of _scripts.py on the name's keys (rw_keys); the retry,
+whose rounds run the read-write scripts of _core/scripts.py on the name's keys (rw_keys); the retry,
 deadline, unlock, renewal and cancellation logic is LockBase's. A reader is an entry of its own
 in the readers' set, with its own expiry; the writer is a key with its ttl, as a lock's.
 
@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from . import _algorithm, _scripts
-from ._config import Duration, lock_name
-from ._contract import RoundResult
-from ._lockbase import LockBase
-from ._steps import SCRIPT, Request, script
+from .._engines.contract import RoundResult
+from . import judgement as _judgement
+from . import scripts as _scripts
+from .config import Duration, lock_name
+from .lockbase import LockBase
+from .requests import SCRIPT, Request, script
 
 # The readers' pass after a writer's release lasts the window, or this long once the first reader
 # went through it (the readers woken by the same release arrive within a round or two): two round
@@ -47,7 +48,7 @@ class _SideBase(LockBase):
     def __init__(self, client: Any, name: str | bytes, ttl: Duration, **options: Any) -> None:
         super().__init__(client, name, ttl, **options)
         self._keys = _scripts.rw_keys(self._key)
-        window_ms = _algorithm.waiting_window_ms(self._session.retry_delay, self._timeout_ms)
+        window_ms = _judgement.waiting_window_ms(self._session.retry_delay, self._timeout_ms)
         grace_ms = int(GRACE_ROUNDS * self._timeout_ms + GRACE_MIN_MS)
         self._args = (str(self._ttl_ms).encode(), str(window_ms).encode(), str(grace_ms).encode())
         self._key = self._keys[self._key_index]

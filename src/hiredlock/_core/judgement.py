@@ -3,7 +3,7 @@ follows a failed round (retry after a delay, give up, raise, mark the lock lost)
 
 Every API layer calls these (one or two calls per round), whatever engine moved the bytes and
 however it waits: a blocking caller sleeps for the delay it is told, an asyncio one awaits it.
-The scripts, outcome codes and constants the engines share are in _scripts.py.
+The scripts, outcome codes and constants the engines share are in _core/scripts.py.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import time
 from collections.abc import Sequence
 from typing import Optional, Protocol
 
-from ._errors import MasterConfigError, QuorumUnreachable, Vote
-from ._scripts import (
+from .errors import MasterConfigError, QuorumUnreachable, Vote
+from .scripts import (
     DRIFT_CONSTANT_MS,
     FAILURES,
     MASTER_TIMEOUT_FRACTION,

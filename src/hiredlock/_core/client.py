@@ -7,16 +7,20 @@ import functools
 from collections.abc import Iterable
 from typing import Any, Callable, Optional, Union
 
-from . import _config, _scripts
-from ._config import Duration, MasterLike, MasterSpec
-from ._session import Session
+from . import config as _config
+from . import scripts as _scripts
+from .config import Duration, MasterLike, MasterSpec
+from .session import Session
 
 NameOrFactory = Union[str, bytes, Callable[..., Union[str, bytes]]]
 
 
 class ClientBase:
     """A client of N masters: its options (its locks share them through its Session); the API
-    class says how its rounds run (_rounds_for)."""
+    class says which engines it may use (_engine_for: hiredlock._engines.selection's) and how its
+    rounds run (_rounds_for)."""
+
+    _engine_for: Callable[[str], Any]  # backend name -> engine class
 
     def __init__(
         self,
@@ -35,7 +39,7 @@ class ClientBase:
             retry_delay=retry_delay,
             drift_factor=drift_factor,
             master_timeout=master_timeout,
-            backend=backend,
+            engine_class=type(self)._engine_for(backend),
         )
         session.label = hex(id(self))
         session.wake = _config.flag(wake, "wake")
@@ -48,7 +52,7 @@ class ClientBase:
         raise NotImplementedError
 
     def _notices_for(self, session: Session) -> Any:
-        """What wakes this client's waiters on a release (see _notices.py)."""
+        """What wakes this client's waiters on a release (see _engines/notices.py)."""
         raise NotImplementedError
 
     @property

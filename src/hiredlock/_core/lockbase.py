@@ -1,8 +1,8 @@
 """One named lock's state and algorithm, written once for Lock (blocking) and AsyncLock (asyncio).
 
 LockBase holds what a lock is (its name, ttl, options, token, validity, fence, lost flag) and
-its steps: generators that yield the rounds to run and judge their results (see _steps.py). The
-API classes add only how those steps are driven and how they wait, what "the owner" is (a thread
+its steps: generators that yield the rounds to run and judge their results (see _core/requests.py).
+The API classes add only how those steps are driven and how they wait, what "the owner" is (a thread
 or a task), and the kind of the `lost` event.
 
 State changes happen under a short mutex, never held across a round: the owner and the renewal
@@ -20,10 +20,13 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from . import _algorithm, _config, _fork, _scripts
-from ._config import Duration
-from ._contract import RoundResult
-from ._errors import (
+from .._engines.contract import RoundResult
+from . import config as _config
+from . import fork as _fork
+from . import judgement as _judgement
+from . import scripts as _scripts
+from .config import Duration
+from .errors import (
     AlreadyAcquired,
     HiredlockError,
     LockLost,
@@ -31,12 +34,12 @@ from ._errors import (
     QuorumUnreachable,
     TooManyExtensions,
 )
-from ._session import Session, Timing
-from ._steps import CLEANUP, PAUSE, SCRIPT, SET_NX, Request, Steps, script
-from ._tokens import new_token
+from .requests import CLEANUP, PAUSE, SCRIPT, SET_NX, Request, Steps, script
+from .session import Session, Timing
+from .tokens import new_token
 
 if TYPE_CHECKING:
-    from ._client import ClientBase
+    from .client import ClientBase
 
 _OK = int(_scripts.Outcome.OK)
 _RELEASE = _scripts.RELEASE
@@ -140,7 +143,7 @@ class LockBase:
         self._notices = session.notices if woken else None
         self._channel: Optional[bytes] = None  # _wake_channel(), made on first use
         self._mutex = threading.Lock()
-        # held by the thread or task of this process that holds the lock object (see _gate.py),
+        # held by the thread or task of this process that holds the lock object (see _sync/gate.py),
         # from its acquire() until the token is let go
         self._gate = self._new_gate()
         self._generation = _fork.generation  # the process (see _fork) this state belongs to
@@ -159,7 +162,8 @@ class LockBase:
         self._registry_ref: Any = None  # this lock's entry in the session's registry, made once
         self._released_by_close = False  # close() let this acquisition go (see _close_steps)
         # The engine this lock's next rounds must use, when its last one left commands behind on
-        # a master (see _steps.run_python): a one-item list, shared by a batch's locks.
+        # a master (see _engines/blocking.py, run_python): a one-item list, shared by a batch's
+        # locks.
         self._pin: list = [None]
 
     # -- the rounds of this kind of lock (read and write locks say otherwise) -------------------
@@ -194,13 +198,13 @@ class LockBase:
 
     def _free_in(self, unlocked: RoundResult) -> Optional[float]:
         """In how many ms the name frees itself, from an unlock made with expiry=True."""
-        return _algorithm.free_in_ms(unlocked[0], unlocked[3], self._session.quorum)
+        return _judgement.free_in_ms(unlocked[0], unlocked[3], self._session.quorum)
 
     def _extend_request(self, token: bytes, ttl_ms: int, timeout_ms: float) -> Request:
         return script(_EXTEND, 1, ((self._key, token, str(ttl_ms).encode()),), timeout_ms, True)
 
     def _wake_channel(self) -> bytes:
-        """Where this lock's release is announced (see _notices.py)."""
+        """Where this lock's release is announced (see _engines/notices.py)."""
         return _scripts.released_channel(self._key)
 
     # -- what the API classes provide ------------------------------------------------------------
@@ -421,7 +425,7 @@ class LockBase:
                 raise
             self._refused(failed)
             if retrying is None:
-                retrying = _algorithm.Retrying(
+                retrying = _judgement.Retrying(
                     self._name, session.quorum, session, blocking, deadline_ns
                 )
             delay = retrying.after_failure(self._last_codes, self._last_votes)
@@ -430,9 +434,9 @@ class LockBase:
             if notices is None:
                 yield PAUSE, (delay, None, None, 0.0, 0, session.closing)
             else:
-                delay = _algorithm.wake_delay(delay, self._free_in(unlocked))
-                splits = splits + 1 if _algorithm.split_with_rivals(failed[0]) else 0
-                settle = _algorithm.settle_after_notice(failed[1], splits, session.retry_delay)
+                delay = _judgement.wake_delay(delay, self._free_in(unlocked))
+                splits = splits + 1 if _judgement.split_with_rivals(failed[0]) else 0
+                settle = _judgement.settle_after_notice(failed[1], splits, session.retry_delay)
                 yield PAUSE, (delay, notices, channel, settle, seen, session.closing)
 
     def _fenced_rounds(self, token: bytes, start: int) -> Steps:
@@ -485,7 +489,7 @@ class LockBase:
 
     def _refusal(self, result: RoundResult, elapsed_ns: int) -> Optional[RoundResult]:
         """None when `result` is a valid quorum (elapsed counted from the first round's start)."""
-        if _algorithm.won(
+        if _judgement.won(
             result[0], elapsed_ns, self._ttl_ms, self._drift_ms, self._session.quorum
         ):
             return None
@@ -630,7 +634,7 @@ class LockBase:
         # wait_all: every master that keeps up gets the new ttl (and the EVAL after a NOSCRIPT);
         # the validity still counts from this round's start.
         result = (yield self._extend_request(token, ttl_ms, timeout_ms))[0]
-        if _algorithm.won(result[0], result[1], ttl_ms, drift, self._session.quorum):
+        if _judgement.won(result[0], result[1], ttl_ms, drift, self._session.quorum):
             valid_until = start + int((ttl_ms - drift) * 1_000_000)
             with self._mutex:
                 if acquisition == self._acquisition:
@@ -675,7 +679,7 @@ class LockBase:
         no more renewals).
 
         A failed renewal is retried while the validity left allows another round (see
-        _algorithm.renewal_retry_ns); the lock is marked lost only when a majority said the key
+        _judgement.renewal_retry_ns); the lock is marked lost only when a majority said the key
         is not ours any more, or when no renewal can finish in time.
         """
         if self._generation != _fork.generation:
@@ -698,7 +702,7 @@ class LockBase:
             return now + self._renew_interval_ns()
         if acquisition != self._acquisition:
             return None
-        retry_at = _algorithm.renewal_retry_ns(
+        retry_at = _judgement.renewal_retry_ns(
             failed[0],
             self._session.quorum,
             time.monotonic_ns(),
@@ -806,7 +810,7 @@ def acquire_permit_steps(
     took, in time, is ours (a new object from make_permit: a permit object is never handed to two
     holders), and whatever else this round set is unlocked on every master. When every permit
     was tried, or the masters failed, the attempt has failed and is retried as a lock's acquire
-    is (_algorithm.Retrying). Returns (the permit, ()) or (None, the votes of the last round).
+    is (_judgement.Retrying). Returns (the permit, ()) or (None, the votes of the last round).
     `taken` (a list) gets [permit, token] as soon as the permit is ours: a blocking caller gives
     back exactly that one if an interrupt comes after the steps (give_back_steps).
     """
@@ -861,10 +865,10 @@ def _permit_attempts(
                 yield from _unlock_keys(name, [(key, token) for key in keys], timeout_ms)
                 raise
             codes, elapsed_ns, positions = result[0], result[1], result[3]
-            won, won_codes = _algorithm.first_free_taken(
+            won, won_codes = _judgement.first_free_taken(
                 codes, positions, elapsed_ns, ttl_ms, drift_ms, session.quorum
             )
-            stray = _algorithm.first_free_strays(codes, positions, len(keys), won)
+            stray = _judgement.first_free_strays(codes, positions, len(keys), won)
             pairs = [(keys[position - 1], token) for position in stray]
             if pairs:
                 try:
@@ -882,10 +886,10 @@ def _permit_attempts(
                     taken[:] = [permit, token]
                 return permit, ()
             votes = session.votes((won_codes, elapsed_ns, result[2], None))
-            if _algorithm.quorum_unreachable(codes, session.quorum):
+            if _judgement.quorum_unreachable(codes, session.quorum):
                 break  # (the other permits would meet the same masters)
         if retrying is None:
-            retrying = _algorithm.Retrying(name, session.quorum, session, blocking, deadline_ns)
+            retrying = _judgement.Retrying(name, session.quorum, session, blocking, deadline_ns)
         delay = retrying.after_failure(codes, votes)
         if delay is None:
             return None, votes
@@ -983,7 +987,7 @@ def _batch_attempt(session: Session, locks: Sequence[LockBase], keys: list[bytes
             closed = True  # (closed meanwhile: unlocked with the names that were not won)
         else:
             lock._refused(failed)
-            unreachable += _algorithm.quorum_unreachable(result[0], session.quorum)
+            unreachable += _judgement.quorum_unreachable(result[0], session.quorum)
         unlock.append((lock.key, token))
         out.append(None)
     if closed:

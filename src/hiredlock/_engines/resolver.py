@@ -31,7 +31,8 @@ import time
 from collections.abc import Sequence
 from typing import NamedTuple, Optional, Union
 
-from ._sentinel import SentinelGroup, SentinelLookupError
+from .._core.places import SentinelGroup
+from .sentinel import SentinelLookupError, find_master
 
 ANSWER_LIFETIME_S = 30.0
 # A Sentinel group's master is asked again this often while rounds use it: after a failover the
@@ -111,7 +112,7 @@ def _look_up(place: Place, entry: _Entry, done: threading.Event) -> None:
     error = ""
     if isinstance(place, SentinelGroup):
         try:
-            host, port = place.find_master()
+            host, port = find_master(place)
         except SentinelLookupError as exc:
             error = str(exc)
     else:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from ._config import Duration, lock_name, non_negative_int
-from ._lockbase import acquire_permit_steps, share_pin
-from ._steps import Steps
+from .config import Duration, lock_name, non_negative_int
+from .lockbase import acquire_permit_steps, share_pin
+from .requests import Steps
 
 # An attempt that finds every permit taken asks each master for all of them, a few per round.
 MAX_PERMITS = 1000

@@ -7,7 +7,7 @@ takes the lock only where that ticket is first in the queue and the lock is free
 The order being the same number on every master, every master's queue has the same order, so
 no two waiters can each be first on a part of the masters and block each other.
 
-A waiter's place lasts the waiting window (_algorithm.waiting_window_ms) past its last attempt:
+A waiter's place lasts the waiting window (_judgement.waiting_window_ms) past its last attempt:
 a waiter that died leaves the queue within it. A call that gives up (deadline, blocking=False,
 an exception) leaves the queue at once; a release leaves it and wakes the next (FAIR_RELEASE).
 Where an attempt takes the lock, its place lasts only as long as the key it took there (a window
@@ -23,12 +23,13 @@ import logging
 import time
 from typing import Any, Optional
 
-from . import _algorithm, _scripts
-from ._config import Duration
-from ._contract import RoundResult
-from ._lockbase import LockBase
-from ._steps import CLEANUP, SCRIPT, Request, Steps, script
-from ._tokens import new_token
+from .._engines.contract import RoundResult
+from . import judgement as _judgement
+from . import scripts as _scripts
+from .config import Duration
+from .lockbase import LockBase
+from .requests import CLEANUP, SCRIPT, Request, Steps, script
+from .tokens import new_token
 
 _log = logging.getLogger("hiredlock")
 
@@ -45,7 +46,7 @@ class FairBase(LockBase):
             raise ValueError("fencing is not supported for fair locks")
         super().__init__(client, name, ttl, **options)
         self._queue = _scripts.fair_keys(self._key)
-        window = _algorithm.waiting_window_ms(self._session.retry_delay, self._timeout_ms)
+        window = _judgement.waiting_window_ms(self._session.retry_delay, self._timeout_ms)
         self._window = str(window).encode()
         self._ticket: Optional[bytes] = None  # the acquire() call's place in the queues
         self._order = b""

@@ -1,18 +1,18 @@
 """The client-level steps, written once for Redlock and AsyncRedlock: the state of a name on every
-master, and the deletion of a fence counter (see _steps.py for how steps run). The batches of
-locks are in _lockbase.py, beside the lock whose state they change.
-"""
+master, and the deletion of a fence counter (see _core/requests.py for how steps run). The batches
+of locks are in _core/lockbase.py, beside the lock whose state they change."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Optional
 
-from . import _config, _scripts
-from ._errors import HiredlockError, QuorumUnreachable
-from ._scripts import Outcome
-from ._session import Session
-from ._steps import Steps, script
+from . import config as _config
+from . import scripts as _scripts
+from .errors import HiredlockError, QuorumUnreachable
+from .requests import Steps, script
+from .scripts import Outcome
+from .session import Session
 
 
 class KeyState(NamedTuple):

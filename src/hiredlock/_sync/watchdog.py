@@ -13,6 +13,9 @@ import weakref
 from collections import deque
 from typing import Callable, Optional
 
+from .._core import fork as _fork
+from .._core.session import Session
+
 Renewal = Callable[[int], Optional[int]]  # a lock's renewal: acquisition -> when next, or None
 
 _log = logging.getLogger("hiredlock")
@@ -162,3 +165,36 @@ class Callbacks:
             except Exception:  # (the callbacks log their own: this is a last resort)
                 _log.exception("hiredlock: a callback raised")
             del callback
+
+
+class Renewals:
+    """The watchdog of one blocking client, made on first use and never shared with a forked
+    child (the parent's thread does not exist there: the child gets a watchdog of its own)."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._watchdog: Optional[Watchdog] = None
+        self._generation = _fork.generation
+
+    def watchdog(self) -> Watchdog:
+        """The client's watchdog; a closed one once the client is closed (watch() on it does
+        nothing: locks taken after close() are not renewed)."""
+        session = self._session
+        session.this_process()
+        with session.mutex:
+            if self._generation != _fork.generation:
+                self._watchdog, self._generation = None, _fork.generation
+            if self._watchdog is None and not session.closed:
+                self._watchdog = Watchdog(session.label)
+            return self._watchdog or _CLOSED_WATCHDOG
+
+    def stop(self) -> None:
+        """Stops renewing; the thread has ended when this returns."""
+        with self._session.mutex:
+            watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None:
+            watchdog.close()
+
+
+_CLOSED_WATCHDOG = Watchdog("closed")
+_CLOSED_WATCHDOG.close()

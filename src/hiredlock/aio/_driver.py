@@ -1,10 +1,10 @@
 """The asyncio driver: waits for an engine's round on an event loop instead of in poll().
 
-The round (see _engine_py._Round, and the native engine's NativeRound) says which sockets it waits
-on and until when; this driver registers those sockets with loop.add_reader / loop.add_writer and
-one loop.call_at timer, feeds the round what the loop reports, and keeps the registrations in step
-with what the round wants after every event. No threads, only the loop's public interface
-(uvloop's too).
+The round (see hiredlock._engines.python_engine._Round, and the native engine's NativeRound) says
+which sockets it waits on and until when; this driver registers those sockets with loop.add_reader /
+loop.add_writer and one loop.call_at timer, feeds the round what the loop reports, and keeps the
+registrations in step with what the round wants after every event. No threads, only the loop's
+public interface (uvloop's too).
 
 start() drives a round with callbacks only (no task): `on_end(None)` once the round is finished
 and ended, or `on_end(exc)` after an exception from inside an event (never expected), which breaks
@@ -20,7 +20,8 @@ import asyncio
 import time
 from typing import Any, Callable, Optional
 
-from ._poller import POLLIN, POLLOUT
+from .._core.requests import SET_NX
+from .._engines.poller import POLLIN, POLLOUT
 
 
 class _Registrations:
@@ -161,3 +162,11 @@ async def drive(rnd: Any, loop: Optional[asyncio.AbstractEventLoop] = None) -> N
     except asyncio.CancelledError:
         registrations.give_up()
         raise
+
+
+def begin_on_engine(engine: Any, kind: int, args: tuple) -> Any:
+    """A round begun on an engine, to be fed events by a driver (engine.finish gives its
+    results)."""
+    if kind == SET_NX:
+        return engine.begin_set_nx(*args)
+    return engine.begin_script(*args)

@@ -11,12 +11,14 @@ import weakref
 from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
-from . import _algorithm, _backend, _config, _fork, _scripts
-from ._config import Duration, MasterLike, MasterSpec
-from ._contract import RoundResult
-from ._errors import HiredlockError, Vote
-from ._scripts import Outcome
-from ._watchdog import Watchdog
+from .._engines.contract import RoundResult
+from . import config as _config
+from . import fork as _fork
+from . import judgement as _judgement
+from . import scripts as _scripts
+from .config import Duration, MasterLike, MasterSpec
+from .errors import HiredlockError, Vote
+from .scripts import Outcome
 
 Timing = tuple[int, float, float]  # ttl in ms, per-master timeout in ms, drift in ms
 
@@ -38,9 +40,9 @@ class Session:
         retry_delay: Duration,
         drift_factor: float,
         master_timeout: Optional[Duration],
-        backend: str,
+        engine_class: Any,
     ) -> None:
-        self.engine_class: Any = _backend.engine_class(backend)
+        self.engine_class: Any = engine_class  # the owner's choice (hiredlock._engines.selection)
         self.backend: str = self.engine_class.name
         self.masters: tuple[MasterSpec, ...] = _config.parse_masters(masters)
         self.master_names = tuple(str(spec) for spec in self.masters)
@@ -57,9 +59,11 @@ class Session:
         )
         self.label = hex(id(self))  # names the watchdog thread; the owner may set its own
         self.rounds: Any = None  # set by the owner: an engine pool, or the asyncio rounds
-        # set by the owner: what wakes waiters on a release (see _notices.py), and whether
+        # set by the owner: what wakes waiters on a release (see _engines/notices.py), and whether
         # locks use it unless told otherwise
         self.notices: Any = None
+        # set by a blocking owner: its locks' renewal thread (hiredlock._sync.watchdog.Renewals)
+        self.renewals: Any = None
         self.wake = True
         self.held: dict[int, weakref.ref] = {}
         self.closed = False  # set first by close(): no acquire may win from then on
@@ -71,22 +75,6 @@ class Session:
         self._on_settled: list[Callable[[], None]] = []
         self.generation = _fork.generation  # the process (see _fork) the state above is of
         self._timings: dict[tuple, Timing] = {}
-        self._renewer: Optional[Watchdog] = None
-
-    def watchdog(self) -> Watchdog:
-        """The renewal thread of a blocking client's locks (made on first use)."""
-        self.this_process()
-        with self.mutex:
-            if self._renewer is None and not self.closed:
-                self._renewer = Watchdog(self.label)
-            return self._renewer or _CLOSED_WATCHDOG
-
-    def stop_watchdog(self) -> None:
-        """Stops renewing; the thread has ended when this returns."""
-        with self.mutex:
-            renewer, self._renewer = self._renewer, None
-        if renewer is not None:
-            renewer.close()
 
     def new_engine(self) -> Any:
         return self.engine_class(self.masters, self.quorum)
@@ -97,7 +85,7 @@ class Session:
         """The per-master wait of one round for a lock of this ttl."""
         if self.fixed_timeout_ms is not None:
             return self.fixed_timeout_ms
-        return _algorithm.default_master_timeout_ms(ttl_ms)
+        return _judgement.default_master_timeout_ms(ttl_ms)
 
     def timing(self, ttl: Any) -> Timing:
         """ttl in ms, per-master timeout and drift; refuses a ttl that could never be valid.
@@ -111,8 +99,8 @@ class Session:
             pass
         ttl_ms = _config.ttl_ms(ttl, "ttl")
         timeout_ms = self.master_timeout_ms(ttl_ms)
-        drift = _algorithm.drift_ms(ttl_ms, self.drift_factor)
-        if _algorithm.validity_ms(ttl_ms, timeout_ms, self.drift_factor) <= 0:
+        drift = _judgement.drift_ms(ttl_ms, self.drift_factor)
+        if _judgement.validity_ms(ttl_ms, timeout_ms, self.drift_factor) <= 0:
             raise ValueError(
                 f"ttl of {ttl_ms} ms is too short: the per-master timeout ({timeout_ms:g} ms) "
                 f"and the clock drift allowance ({drift:g} ms) would leave no validity"
@@ -219,10 +207,5 @@ class Session:
         self.closing = closing
         self.acquiring = 0  # (the parent's threads that were acquiring do not exist here)
         self.held = {}
-        self._renewer = None
         self.generation = _fork.generation
         return True
-
-
-_CLOSED_WATCHDOG = Watchdog("closed")
-_CLOSED_WATCHDOG.close()  # watch() on a closed watchdog does nothing: locks taken after close()

@@ -27,10 +27,10 @@ import threading
 import time
 from typing import Callable, Optional
 
-from . import _fork
-from ._contract import Engine
-from ._errors import HiredlockError
-from ._scripts import CONNECT_TIMEOUT_MIN_MS
+from .._core import fork as _fork
+from .._core.errors import HiredlockError
+from .._core.scripts import CONNECT_TIMEOUT_MIN_MS
+from .contract import Engine
 
 MAX_IDLE = 4
 IDLE_LIFETIME_S = 30.0

@@ -12,7 +12,7 @@ import os
 from binascii import hexlify
 from collections import deque
 
-from ._scripts import TOKEN_BYTES
+from .scripts import TOKEN_BYTES
 
 _BATCH = 64
 _HEX_CHARS = 2 * TOKEN_BYTES

@@ -1,4 +1,5 @@
-"""The pure-Python engine: the engine contract (see _contract.py) on its own sockets and RESP2.
+"""The pure-Python engine: the engine contract (see _engines/contract.py) on its own sockets and
+RESP2.
 
 One round: every command for every master is written before any reply is read (a connection
 opened in the round gets its login, AUTH and SELECT, pipelined in front of them); then a driver
@@ -6,7 +7,7 @@ waits on all sockets at once, until the outcome is decided (or, for rounds that 
 master that keeps up has answered) or the round's deadline. Sockets are non-blocking and every
 wait is for what is left of the round, so a round's time is bounded as a whole, however a master
 sends its bytes. The round itself never waits (see _Round): the blocking driver is
-run_blocking, below; the asyncio one is _aio_driver.py.
+run_blocking, below; the asyncio one is aio/_driver.py.
 
 Every reply a connection owes is accounted for, in order (_Master.owed): the login's first, then
 those owed to abandoned rounds (read and dropped by later rounds), then this round's. A master is
@@ -26,9 +27,19 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Optional
 
-from . import _fork, _resolver
-from ._config import MasterSpec
-from ._connect import (
+from .._core import fork as _fork
+from .._core.config import MasterSpec
+from .._core.places import SentinelGroup
+from .._core.scripts import (
+    CONNECT_TIMEOUT_MIN_MS,
+    MAX_STALE_REPLIES,
+    RECONNECT_BACKOFF_MAX_MS,
+    RECONNECT_BACKOFF_MIN_MS,
+    Outcome,
+    quorum,
+)
+from . import resolver as _resolver
+from .connect import (
     CONNECT_TIMED_OUT,
     LOCAL_ERRNOS,
     PLAINTEXT_RESET,
@@ -39,9 +50,9 @@ from ._connect import (
     place_of,
     start_connect,
 )
-from ._contract import RoundResult
-from ._poller import POLLIN, POLLOUT, new_poller
-from ._resp import (
+from .contract import RoundResult
+from .poller import POLLIN, POLLOUT, new_poller
+from .resp import (
     NOT_READY,
     ProtocolError,
     Reader,
@@ -50,16 +61,7 @@ from ._resp import (
     pack_command,
     pack_set_nx_px,
 )
-from ._scripts import (
-    CONNECT_TIMEOUT_MIN_MS,
-    MAX_STALE_REPLIES,
-    RECONNECT_BACKOFF_MAX_MS,
-    RECONNECT_BACKOFF_MIN_MS,
-    Outcome,
-    quorum,
-)
-from ._sentinel import SentinelGroup
-from ._tls import TLSChannel, TLSError
+from .tls import TLSChannel, TLSError
 
 OK = int(Outcome.OK)
 TAKEN = int(Outcome.TAKEN)
@@ -151,8 +153,8 @@ class _Master:
         self.check_after = 0  # (a Sentinel group's) when to compare it with the cache's again
         self.login, self.n_login = login_commands(spec)
         self.sock: Optional[socket.socket] = None
-        # a TLS master's channel (see _tls.py), made once the TCP connect is confirmed: every
-        # byte of the connection goes through it
+        # a TLS master's channel (see _engines/tls.py), made once the TCP connect is confirmed:
+        # every byte of the connection goes through it
         self.channel: Optional[TLSChannel] = None
         self.fd = -1
         self.state = _DOWN
@@ -387,7 +389,7 @@ class _Round:
     """One call: its commands, its votes, and the masters it is still doing I/O with.
 
     A round never waits: a driver waits for it and feeds it what happened, so one round serves
-    the blocking driver (run_blocking, below) and the asyncio one (_aio_driver.py) alike:
+    the blocking driver (run_blocking, below) and the asyncio one (aio/_driver.py) alike:
 
         fds_wanted()              fd -> POLLIN | POLLOUT: what the round waits for on each socket
         on_ready(fd, r, w)        that socket is readable (r) and/or writable (w)
@@ -457,7 +459,7 @@ class _Round:
         self.ended_ns = 0  # when end() ran
         self.wait_all = wait_all
         # The unlock after a failed attempt: nobody waits on its outcome, so it waits for the
-        # masters keeping up only, decided or not (see _contract.py).
+        # masters keeping up only, decided or not (see _engines/contract.py).
         self.best_effort = best_effort
         self.poller = new_poller()
         self.before_close: Optional[Callable[[int], None]] = None
@@ -471,9 +473,9 @@ class _Round:
         return {fd: _events_wanted(master) for fd, master in self.active.items()}
 
     def finished(self) -> bool:
-        """Whether the round is over (the stop rules of _contract.py), as the native engine's
-        _stop: past the deadline only masters whose connection opened in the round are waited
-        for; a master waited for owes the round its connect or replies (bytes it has still to
+        """Whether the round is over (the stop rules of _engines/contract.py), as the native
+        engine's _stop: past the deadline only masters whose connection opened in the round are
+        waited for; a master waited for owes the round its connect or replies (bytes it has still to
         take do not count)."""
         if self.over:
             return True
@@ -1154,7 +1156,8 @@ class PythonEngine:
             master.open(address)
         except OSError as exc:
             if exc.errno in LOCAL_ERRNOS:
-                # this process's failure (out of descriptors...): no backoff (see _connect.py)
+                # this process's failure (out of descriptors...): no backoff (see
+                # _engines/connect.py)
                 rnd.votes.vote_all(master.index, CONN_ERROR, local_error(_os_error_text(exc)))
                 return
             rnd.fail(master, CONN_ERROR, _os_error_text(exc), unreached=True)

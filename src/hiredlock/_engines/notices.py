@@ -30,12 +30,13 @@ import time
 from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
-from . import _fork, _resolver
-from ._config import MasterSpec
-from ._connect import direct_address, login_commands, place_of, start_connect
-from ._poller import POLLIN, POLLOUT, new_poller
-from ._resp import NOT_READY, ProtocolError, Reader, ReplyError, pack_command
-from ._tls import TLSChannel, TLSError
+from .._core import fork as _fork
+from .._core.config import MasterSpec
+from . import resolver as _resolver
+from .connect import direct_address, login_commands, place_of, start_connect
+from .poller import POLLIN, POLLOUT, new_poller
+from .resp import NOT_READY, ProtocolError, Reader, ReplyError, pack_command
+from .tls import TLSChannel, TLSError
 
 # A channel stays subscribed this long after its last waiter left; the thread (and the
 # connections) end when no channel is left: LINGER_S after the last wait.

@@ -1,7 +1,7 @@
 """How a connection to a master starts, for every pure-Python connection hiredlock makes (the
-python engine's, and the release-notice subscribers' of _notices.py): where its address comes
-from, the non-blocking connect, and the login commands; and, for both engines, what a vote says
-when a connection does not get that far."""
+python engine's, and the release-notice subscribers' of _engines/notices.py): where its address
+comes from, the non-blocking connect, and the login commands; and, for both engines, what a vote
+says when a connection does not get that far."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import os
 import socket
 from typing import Any, Optional
 
-from . import _resolver
-from ._config import MasterSpec
-from ._resp import pack_auth, pack_command
+from .._core.config import MasterSpec
+from . import resolver as _resolver
+from .resp import pack_auth, pack_command
 
 _IN_PROGRESS = frozenset(
     {0, errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK, getattr(errno, "WSAEWOULDBLOCK", -1)}

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from ._scripts import MAX_TTL_MS, RESERVED_KEY_PREFIXES
-from ._sentinel import DEFAULT_SENTINEL_PORT, SentinelGroup
-from ._tls import TLS_OPTIONS, TLSConfig, tls_config
+from .places import DEFAULT_SENTINEL_PORT, SentinelGroup
+from .scripts import MAX_TTL_MS, RESERVED_KEY_PREFIXES
+from .tls_options import TLS_OPTIONS, TLSConfig, tls_config
 
 Duration = Union[int, float, datetime.timedelta]
 MasterLike = Union[str, dict, Any]  # a URL, a dict of options, or a redis-py client

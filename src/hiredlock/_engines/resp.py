@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional, Union
 
-from ._scripts import MAX_REPLY_BYTES
+from .._core.scripts import MAX_REPLY_BYTES
 
 # Arrays nested deeper than this are refused (no lock command gets a nested reply at all).
 MAX_DEPTH = 8

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
-from ._scripts import Outcome
+from .scripts import Outcome
 
 
 class Vote(NamedTuple):

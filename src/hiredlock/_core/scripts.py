@@ -1,5 +1,5 @@
 """What the engines and the algorithm share, written once: Lua scripts, vote outcomes, the quorum
-size and the constants. The judgement of votes and what follows a round are in _algorithm.py.
+size and the constants. The judgement of votes and what follows a round are in _core/judgement.py.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ def _script(source: str) -> Script:
 
 
 # Where a release is announced: waiters subscribe to the channel of the name they wait for (see
-# _notices.py). A semaphore's permits announce on their semaphore's channel: the channel of a key
-# is this prefix and the key, a permit's key without its "hiredlock:permit:<i>:" part.
+# _engines/notices.py). A semaphore's permits announce on their semaphore's channel: the channel of
+# a key is this prefix and the key, a permit's key without its "hiredlock:permit:<i>:" part.
 RELEASED_CHANNEL_PREFIX = b"hiredlock:released:"
 
 # (Lua: publishes the release of KEYS[1] on its channel. pcall: a user whose ACL does not allow
@@ -117,7 +117,7 @@ ACQUIRE_FIRST_FREE = _script(
 # A semaphore's permit i is a lock on its own key (see _lockbase.acquire_permit_steps).
 PERMIT_KEY_PREFIX = b"hiredlock:permit:"
 
-# A read-write lock's keys on each master (see _rwlocks.py): the writer's token (a string with
+# A read-write lock's keys on each master (see _core/rwlocks.py): the writer's token (a string with
 # its ttl), the readers (a sorted set: token -> when it expires, on the master's clock), a writer
 # waiting (holds back new readers), readers waiting, and the readers' pass (after a writer's
 # release, the readers that waited go before the next writer). Each is its prefix and the name.
@@ -130,7 +130,7 @@ def rw_keys(key: bytes) -> tuple[bytes, ...]:
     return tuple(RW_KEY_PREFIX + part + key for part in _RW_PARTS)
 
 
-# A fair lock's queue on each master (see _fairlocks.py): its waiters by their order (a sorted
+# A fair lock's queue on each master (see _core/fairlocks.py): its waiters by their order (a sorted
 # set: ticket -> order), and when each stops counting as waiting (ticket -> expiry on the
 # master's clock). The lock itself is the name's key, as a lock's.
 FAIR_KEY_PREFIX = b"hiredlock:fair:"

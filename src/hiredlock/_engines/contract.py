@@ -58,7 +58,7 @@ taken for the answer to a later command), or the connection is dropped. That hol
 round: an exception raised in the middle of one (KeyboardInterrupt, a signal handler's exception)
 leaves every reply still owed accounted for, or the connection closed, before it propagates.
 
-Host names are never resolved inside a round (see _resolver.py): a master whose name has no
+Host names are never resolved inside a round (see _engines/resolver.py): a master whose name has no
 address yet votes CONN_ERROR with the reason.
 """
 
@@ -67,7 +67,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Optional, Protocol
 
-from ._config import MasterSpec
+from .._core.config import MasterSpec
 
 RoundResult = tuple[bytes, int, Optional[dict[int, str]], Optional[tuple[int, ...]]]
 

@@ -8,15 +8,15 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from ._engine_py import PythonEngine
-from ._errors import EngineUnavailable
+from .._core.errors import EngineUnavailable
+from .python_engine import PythonEngine
 
 BACKENDS = ("native", "python")
 ENV_VAR = "HIREDLOCK_IMPL"
 
 _native_error: Optional[BaseException] = None
 try:
-    from ._native import NativeEngine
+    from .._native import NativeEngine
 except ImportError as exc:  # no compiler, no libhiredis, or HIREDLOCK_NO_EXTENSIONS at build time
     NativeEngine = None  # type: ignore[assignment,misc]
     _native_error = exc

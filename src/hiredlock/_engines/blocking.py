@@ -1,0 +1,68 @@
+"""The blocking driver of the algorithm's steps (see hiredlock._core.requests for what they ask).
+
+`run` drives a step generator to its end on engines from a pool, waiting in the engines' own poll
+loops; where the native extension loads, the same loop runs in C (_native/steps.pxi).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .._core.requests import PAUSE, SET_NX, Steps
+
+
+def pause(args: tuple) -> None:
+    """Waits as a PAUSE request asks, blocking."""
+    seconds, notices, channel, settle, seen, closing = args
+    if notices is None:
+        closing.wait(seconds)
+    elif notices.wait(channel, seconds, seen) and settle:
+        closing.wait(settle)
+
+
+def run_python(steps: Steps, pool: Any, pin: Optional[list] = None) -> Any:
+    """Drives a step generator to its end, blocking, on engines from `pool` (one engine per
+    round); returns what the generator returns.
+
+    An exception raised while a request runs (an interrupt, an engine error) is thrown into the
+    generator at the point that asked for it, so that it can clean up (send the unlock) with
+    further requests before the exception propagates.
+
+    pin: a lock's one-item list. After a round that left commands behind on a master (see the
+    engine contract's owes_replies), it holds that engine, and the lock's next rounds go out on
+    it, behind them; otherwise None.
+    """
+    send = steps.send
+    try:
+        kind, args = send(None)
+        while True:
+            try:
+                if kind == PAUSE:
+                    pause(args)
+                    reply = None
+                else:
+                    prefer = pin[0] if pin is not None else None
+                    # (the wait for the preferred engine: about a round, this one's timeout)
+                    engine = pool.checkout(prefer, args[3] if kind == SET_NX else args[4])
+                    try:
+                        run_round = engine.set_nx if kind == SET_NX else engine.run_script
+                        reply = run_round(*args)
+                    finally:
+                        if pin is not None:
+                            pin[0] = engine if engine.owes_replies() else None
+                        pool.checkin(engine)
+            except BaseException as exc:
+                kind, args = steps.throw(exc)
+                continue
+            kind, args = send(reply)
+    except StopIteration as stop:
+        return stop.value
+
+
+try:  # the same loop in C where the native extension loads (see _native/engine.pyx)
+    from .. import _native
+except ImportError:
+    run = run_python
+else:
+    _native.set_step_kinds(SET_NX, PAUSE, pause)
+    run = _native.run_steps
