@@ -6,7 +6,11 @@ import cycle between modules at import time.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 import hiredlock
 
@@ -95,3 +99,19 @@ def test_no_import_cycle():
         if node not in state:
             visit(node)
     assert not cycles, cycles[:3]
+
+
+def test_readme_layout_is_the_tree():
+    """README's Layout block is generated from the modules' docstrings (tools/layout.py --write)."""
+    root = PACKAGE.parent.parent
+    if not (root / "tools" / "layout.py").exists():
+        pytest.skip("an installed package: the source tree is not here")
+    result = subprocess.run(
+        [sys.executable, str(root / "tools" / "layout.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.strip() in (root / "README.md").read_text(), (
+        "README's Layout is out of date: run python tools/layout.py --write"
+    )
