@@ -39,6 +39,9 @@ except ImportError:  # pragma: no cover
     from distutils.errors import DistutilsExecError as ExecError
 
 PYX_SOURCE = "_native/engine.pyx"
+# engine.pyx includes its parts (_native/*.pxi); its table of contents is _native/engine.pxd,
+# read by Cython as src/hiredlock/_native.pxd (the .pxd of a module named hiredlock._native).
+PXD_ROOT = "src"
 
 HOW_TO_GET_HIREDIS = (
     "Install libhiredis with its headers, and pkg-config (Debian/Ubuntu: apt-get install "
@@ -205,6 +208,9 @@ class BuildExt(build_ext):
             translated = cythonize(
                 extensions,
                 build_dir=os.path.join(self.build_temp, "cython"),
+                # src/hiredlock/_native.pxd: where Cython finds the module's .pxd, which includes
+                # _native/engine.pxd
+                include_path=[PXD_ROOT],
                 compiler_directives={"language_level": "3"},
                 quiet=True,
             )

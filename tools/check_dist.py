@@ -34,7 +34,14 @@ SDIST_REQUIRED = (
     "LICENSE-hiredis",
     "PKG-INFO",
     "_native/engine.pyx",
+    "_native/engine.pxd",
+    "_native/resp.pxi",
+    "_native/master.pxi",
+    "_native/round.pxi",
+    "_native/round_events.pxi",
+    "_native/steps.pxi",
     "_native/libhiredis.pxd",
+    "src/hiredlock/_native.pxd",
     "src/hiredlock/__init__.py",
     "src/hiredlock/py.typed",
     "src/hiredlock/_native.pyi",
@@ -61,7 +68,7 @@ FORBIDDEN = (
     ".venv/*",
     ".git/*",
 )
-WHEEL_FORBIDDEN = ("*.c", "*.pyx", "*.pxd", "*.o", "*.h", "*.pyc", "*/__pycache__/*")
+WHEEL_FORBIDDEN = ("*.c", "*.pyx", "*.pxi", "*.pxd", "*.o", "*.h", "*.pyc", "*/__pycache__/*")
 
 
 def _matches(name: str, patterns: tuple[str, ...]) -> bool:

@@ -169,7 +169,8 @@ else
 fi
 
 # -- 3. the engine: Cython -> C -> MinGW, each CPython's headers ----------------------------------
-if cython -3 "$ROOT/_native/engine.pyx" -I "$ROOT/_native" --module-name hiredlock._native \
+if cython -3 "$ROOT/_native/engine.pyx" -I "$ROOT/_native" -I "$ROOT/src" \
+    --module-name hiredlock._native \
     -o "$WORK/engine.c" >"$LOG/cython.log" 2>&1; then
   result ok "cython $(cython --version 2>&1 | sed 's/.* //') translated _native/engine.pyx"
 else

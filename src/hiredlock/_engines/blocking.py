@@ -59,7 +59,7 @@ def run_python(steps: Steps, pool: Any, pin: Optional[list] = None) -> Any:
         return stop.value
 
 
-try:  # the same loop in C where the native extension loads (see _native/engine.pyx)
+try:  # the same loop in C where the native extension loads (see _native/steps.pxi)
     from .. import _native
 except ImportError:
     run = run_python

@@ -1,0 +1,329 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+# cython: cdivision=True, embedsignature=True
+# The table of contents of hiredlock._native: shared structs and limits, fields, C functions.
+#
+# For engine.pyx and the parts it includes: what the parts share (the OS header, the limits, the
+# per-master and per-command structs), the two cdef classes with their fields, and the C functions
+# of each part with their signatures. Cython checks every definition in the parts against what is
+# declared here. Inline helpers are not listed: a .pxd can only declare an inline function together
+# with its body; each part names its own.
+#
+# Cython reads this file as the module's own .pxd through src/hiredlock/_native.pxd (the place it
+# looks for the .pxd of a module named hiredlock._native), which only includes it.
+
+cimport cython
+from libc.stdint cimport int64_t, uint8_t, uint32_t
+
+from libhiredis cimport redisContext, redisReader, redisReply
+
+cdef extern from "hl_platform.h" nogil:
+    # poll() / WSAPoll(), the monotonic clock, SO_ERROR, and fork detection: see that header.
+    ctypedef int hl_socket  # SOCKET (64-bit) on Windows, int elsewhere
+    ctypedef struct hl_pollfd:
+        hl_socket fd
+        short events
+        short revents
+    enum:
+        POLLIN
+        POLLOUT
+        POLLERR
+        POLLHUP
+        POLLNVAL
+        HL_POLLRDHUP
+    int hl_poll(hl_pollfd *fds, unsigned long count, int timeout_ms)
+    int hl_poll_interrupted()
+    int64_t hl_now_ns()
+    int hl_socket_error(hl_socket fd)
+    int hl_peer_closed(hl_socket fd)
+    long hl_send(hl_socket fd, const char *data, size_t length)
+    int hl_send_error()
+    int hl_on_fork_in_child(void (*child)())
+    void hl_set_noinherit(hl_socket fd)
+    const char *hl_error_text(int error)
+    int hl_is_reset(int error)
+    hl_socket hl_context_fd(redisContext *ctx)  # ctx.fd: redisFD (SOCKET) on Windows
+
+
+# closes the socket only: for a connection whose libhiredis memory is not to be touched
+cdef extern from *:
+    """
+    #ifdef _WIN32
+    static void hl_close_socket(hl_socket fd) { closesocket(fd); }
+    #else
+    #include <unistd.h>
+    static void hl_close_socket(int fd) { close(fd); }
+    #endif
+    """
+    void close_socket "hl_close_socket" (hl_socket fd) nogil
+
+
+cdef enum Kind:
+    KIND_SET
+    KIND_SCRIPT
+
+cdef enum State:
+    DOWN         # no connection
+    CONNECTING   # non-blocking connect() not confirmed yet
+    READY        # connected
+
+cdef enum:
+    WHY_SIZE = 96              # room for the reason take_reply() refuses a reply
+    TLS_WHY_SIZE = 256         # room for the reason a TLS channel failed (OpenSSL's words)
+    MAX_LOCAL_DETAIL = 200     # room for a local connect failure's vote detail
+
+cdef enum:
+    MAX_PARTS = 4              # shared leading or trailing arguments of a command
+    MAX_ARGS = 16              # per-item arguments (keys and values) of one command
+
+
+cdef struct Command:
+    Kind kind
+    int n_items                # one command per item (lock) and master
+    int n_head                 # SET | EVALSHA sha numkeys
+    const char *head[MAX_PARTS]
+    size_t head_len[MAX_PARTS]
+    const char *eval_head[MAX_PARTS]   # EVAL source numkeys, sent after NOSCRIPT
+    size_t eval_head_len[MAX_PARTS]
+    int n_args                 # per item: key token (SET) or keys and args (scripts)
+    const char **args          # [item * n_args + j] (the engine's scratch arrays)
+    size_t *args_len
+    int n_tail                 # NX PX ttl (SET)
+    const char *tail[MAX_PARTS]
+    size_t tail_len[MAX_PARTS]
+    bint want_values
+    uint32_t script_bit        # this script's bit in Master.scripts_known (0: not tracked)
+    # Every item's command (EVALSHA for scripts), formatted once, back to back, for all masters:
+    # item k is batch[item_end[k - 1]:item_end[k]].
+    char *batch
+    size_t *item_end
+
+
+cdef struct Redo:
+    # An EVAL to send if the reply to command number `seq` (a script sent as EVALSHA in a round
+    # that ended before its reply came) turns out to be NOSCRIPT.
+    unsigned long long seq
+    char *command
+    int length
+    Redo *next
+
+
+cdef struct Master:
+    const char *host           # NULL for a unix socket
+    int port
+    const char *path           # NULL for TCP
+    bint named                 # host is a name: connect to `address`, looked up before the round
+    const char *address        # this round's numeric address for a named host; NULL: none
+    char resolve_error[160]    # why a named host has no address
+    redisContext *ctx
+    State state
+    int64_t connect_deadline   # a connect still pending then is given up
+    int64_t down_until         # acquire rounds do not reconnect before this (backoff)
+    int backoff_ms
+    char last_error[300]       # why it last failed, for the votes of rounds that back off
+    int handshake              # AUTH/SELECT replies still owed (they come first)
+    int stale                  # replies owed to abandoned rounds (they come next)
+    unsigned long long sent    # commands queued on this connection so far
+    unsigned long long received  # replies read from it so far: reply n answers command n
+    Redo *redo_head            # EVALs owed to abandoned script commands, in command order
+    Redo *redo_tail
+    # Bit s: script s was sent on this connection as EVAL, so the server has it cached before any
+    # later command of the connection runs, and EVALSHA is safe (a NOSCRIPT, after a SCRIPT
+    # FLUSH, is answered with the EVAL, in its round or late). Until then the script goes as EVAL,
+    # and a master that stopped reading is sent the source once, not with every command.
+    uint32_t scripts_known
+    # the handshake, formatted once: AUTH [user] password, SELECT db
+    int auth_argc
+    const char *auth_argv[3]
+    size_t auth_len[3]
+    int select_db              # -1: no SELECT
+    # this round's reply slots: key indices in the order the replies will come
+    int *slots
+    unsigned long long *slot_seq  # the command number of each slot
+    int slot_head
+    int slot_tail
+    int slot_cap
+    bint want_write            # obuf not flushed yet
+    bint failed                # failed in this round
+    bint waited                # wait_all rounds wait for it (it is not lagging)
+    bint lagging               # a round timed out on it; cleared once it has caught up
+    bint unreached             # its last failure came before anything was written to it
+    # its connection opened or came up in this round, or came up just before it: its login and
+    # first commands go in this round (CONNECT_MIN_NS applies)
+    bint cold
+    bint unqueued              # no round's commands queued on its connection yet
+    int64_t last_round_end     # when a round last ended with this connection open
+    # In an event-fed round a closed connection's socket stays open in `doomed` until the round
+    # has told its driver (before_close), which must take the fd off its event loop before the
+    # number can be reused.
+    bint defer_free
+    redisContext *doomed
+    # TLS (see hiredlock/_engines/tls.py): the master's connections carry every byte through a
+    # TLSChannel (NativeEngine._channels[i], made once the TCP connect is confirmed; called with
+    # the GIL); plaintext masters never take the GIL for I/O.
+    bint tls
+    bint has_channel           # the current connection's channel exists (READY: handshake done)
+    bint tls_wants_write       # the channel holds bytes the socket has not taken yet
+    bint demoted               # a named master answered READONLY in this round
+    bint sentinel              # a Sentinel group's master (named: see _resolve)
+    int64_t check_after        # a sentinel master's address is looked at again from then
+    char tls_error[TLS_WHY_SIZE]  # why the channel last failed
+
+
+@cython.final
+cdef class NativeEngine:
+    cdef Master *masters
+    cdef int n
+    cdef int quorum
+    cdef int generation
+    cdef bint busy
+    cdef bint beginning        # begin_*: the call hands out its round instead of running it
+    cdef bint closed
+    # Set before a round writes anything, cleared once it has accounted for every reply it is
+    # still owed: if a round ever left without doing so, the next one drops every connection
+    # rather than trust what they carry.
+    cdef bint in_round
+    cdef object specs          # keeps the host/path/password bytes alive
+    cdef list _keepalive
+    cdef int n_named           # masters given by host name (looked up by _resolver)
+    # [master]: what _resolver looks up for a named master (a (host name, port) pair, or a
+    # SentinelGroup), else None
+    cdef list _places
+    cdef list _addresses       # [master]: bytes behind Master.address (kept alive here)
+    cdef list _channels        # [master]: a TLS master's TLSChannel (see Master.tls)
+    cdef object pending_exc    # what a signal handler (or a lookup) raised in this round
+    cdef dict script_bits      # sha -> its bit in Master.scripts_known
+    # per-round scratch, grown as batches grow
+    cdef int cap_items
+    cdef uint8_t *codes        # [item * n + master]
+    cdef long long *values     # [item * n + master]: integer replies, when asked for
+    cdef int *oks
+    cdef int *fails
+    cdef int64_t *decided_at
+    cdef char **details        # [item * n + master], malloc'd texts or NULL
+    cdef hl_pollfd *fds
+    cdef int *fd_master
+    cdef const char **argv_ptr
+    cdef size_t *argv_len
+    cdef const char **args     # [item * n_args + j]: the round's per-item arguments
+    cdef size_t *args_len
+    cdef char *batch           # the round's commands, formatted (see Command.batch)
+    cdef size_t batch_cap
+    cdef size_t *item_end
+    cdef long long ttl_cached  # SET's PX argument, kept from the last round that had this ttl
+    cdef bytes ttl_text
+    # the round in progress
+    cdef int c_n_items
+    cdef int c_undecided
+    cdef int64_t c_timeout_ns
+    cdef int64_t c_t0
+    cdef int64_t c_deadline        # masters connected before the round are waited for until then
+    cdef int64_t c_cold_deadline   # masters whose connection opens in the round: until then
+    cdef bint c_wait_all
+    cdef bint c_best_effort
+    cdef bint c_extended           # past c_deadline, waiting for masters connected in the round
+    cdef bint c_details            # some vote of the round has a detail text (to free)
+    cdef bint c_owed               # what _wanted() found
+    cdef bint c_owed_waited
+
+    # engine.pyx: made, grown, closed
+    cdef _setup_master(self, int i, spec)
+    cdef const char *_hold(self, bytes value)
+    cdef int _grow(self, int n_items) except -1
+    cdef void _free_scratch(self) noexcept
+    cdef void _close_all(self) noexcept
+    # engine.pyx: the calls of the contract (round.pxi's _round runs them)
+    cpdef bint owes_replies(self)
+    cpdef object set_nx(self, keys, tokens, long long ttl_ms, double timeout_ms)
+    cpdef object run_script(self, bytes sha, bytes source, int numkeys, argvs, double timeout_ms,
+                            bint wait_all, bint want_values=*, bint honour_backoff=*)
+
+
+@cython.final
+cdef class NativeRound:
+    cdef NativeEngine engine
+    cdef Command cmd
+    cdef tuple keep            # the arguments cmd points into
+    cdef bint over             # its last deadline passed
+    cdef bint ended
+    cdef list results
+    cdef public object before_close
+
+    cdef int _conclude(self, bint broken) except -1
+    cdef int _closed(self, bint tell) except -1
+
+
+# -- resp.pxi: RESP commands laid out in C, and the guard on the replies (_engines/resp.py)
+# (inline: format_int, command_size, put_decimal, _parts, pending_bound, take_reply)
+
+cdef char *put_command(char *out, int argc, const char **argv,
+                       const size_t *argvlen) noexcept nogil
+cdef int format_command(char **target, int argc, const char **argv,
+                        const size_t *argvlen) noexcept nogil
+cdef int _argv(NativeEngine self, Command *cmd, int k, bint as_eval) noexcept nogil
+cdef int _format_batch(NativeEngine self, Command *cmd) except -1
+cdef int odd_reply(redisReader *r, char kind, char *why) noexcept nogil
+
+# -- master.pxi: one master's connection: connect, login, bytes in and out, failure and backoff
+# (_engines/python_engine.py's _Master, and PythonEngine's _refresh / _catch_up / _open)
+# (inline: connect_timed_out, plain_failure, connect_events)
+
+cdef bint is_local_failure(const char *text) noexcept nogil
+cdef void forget_redo(Master *m, unsigned long long up_to) noexcept nogil
+cdef Redo *late_reply(Master *m, redisReply *reply) noexcept nogil
+cdef void free_redo(Redo *redo) noexcept nogil
+cdef void drop(Master *m) noexcept nogil
+cdef void bury(Master *m) noexcept nogil
+cdef void fail(Master *m, int64_t now) noexcept nogil
+cdef void _forget_inherited(NativeEngine self) noexcept nogil
+cdef bint _lookup_due(NativeEngine self) noexcept nogil
+cdef bint _resolve(NativeEngine self, int64_t timeout_ns) noexcept with gil
+cdef void _look_again(NativeEngine self, int i) noexcept with gil
+cdef void _refresh(NativeEngine self) noexcept nogil
+cdef bint _connect(NativeEngine self, int i, int64_t now) noexcept nogil
+cdef const char *_handshake(NativeEngine self, int i) noexcept nogil
+cdef const char *_put_argv(NativeEngine self, int i, int argc, const char **argv,
+                           const size_t *argvlen) noexcept nogil
+cdef void _write(NativeEngine self, int i, int64_t now) noexcept nogil
+cdef const char *_put(NativeEngine self, int i, const char *data,
+                      size_t length) noexcept nogil
+cdef const char *_flush(NativeEngine self, int i) noexcept nogil
+cdef const char *_fill(NativeEngine self, int i) noexcept nogil
+cdef const char *_resend(NativeEngine self, int i, Redo *redo) noexcept nogil
+cdef const char *_tls_send(NativeEngine self, int i, const char *data,
+                           size_t length) noexcept with gil
+cdef const char *_tls_read(NativeEngine self, int i) noexcept with gil
+cdef int _tls_step(NativeEngine self, int i) noexcept with gil
+cdef const char *_tls_failed(NativeEngine self, Master *m, exc) noexcept
+cdef void _local_failure(NativeEngine self, int i, const char *reason) noexcept nogil
+cdef void _fail_master(NativeEngine self, int i, uint8_t code, const char *detail,
+                       int64_t now) noexcept nogil
+
+# -- round.pxi: one round: started, fed events, the stop rule, the votes, the results
+# (_engines/python_engine.py's _Round and _Votes; _run is its run_blocking)
+# (inline: _clear_details, _start, _wanted, _stop, _extend, _account)
+
+cdef object _round(NativeEngine self, Kind kind, tuple head, tuple eval_head, tuple items,
+                   bint columns, tuple tail, double timeout_ms, bint wait_all,
+                   bint honour_backoff, bint want_values, uint32_t script_bit)
+cdef list _results(NativeEngine self, Command *cmd, int64_t t0, int64_t end)
+cdef void _run(NativeEngine self, Command *cmd, int64_t timeout_ns, bint wait_all,
+               bint honour_backoff) noexcept nogil
+cdef bint _signalled(NativeEngine self) noexcept with gil
+cdef bint _cold_can_decide(NativeEngine self) noexcept nogil
+cdef void _prepare(NativeEngine self, int i, Command *cmd, int64_t now,
+                   bint honour_backoff) noexcept nogil
+cdef void _queue_round(NativeEngine self, int i, Command *cmd, int64_t now) noexcept nogil
+cdef void _send_batch(NativeEngine self, int i, Command *cmd, int64_t now) noexcept nogil
+cdef const char *_append_eval(NativeEngine self, int i, Command *cmd, int k) noexcept nogil
+cdef void _owe_evals(NativeEngine self, Master *m, Command *cmd) noexcept nogil
+cdef void _service(NativeEngine self, int i, int revents, Command *cmd) noexcept nogil
+cdef void _drain(NativeEngine self, int i, Command *cmd, int64_t now) noexcept nogil
+cdef void _count(NativeEngine self, Command *cmd, int k, int i,
+                 redisReply *reply) noexcept nogil
+cdef void _vote(NativeEngine self, int k, int i, uint8_t code, const char *detail) noexcept nogil
+cdef void _explain_pending(NativeEngine self, int i, const char *detail) noexcept nogil
+cdef void _vote_master(NativeEngine self, int i, uint8_t code,
+                       const char *detail) noexcept nogil
+
+# round_events.pxi: NativeRound (above), the round fed by an event loop (hiredlock/aio/_rounds.py)
+# steps.pxi: run_steps, the blocking driver of the step generators (_engines/blocking.py's run)

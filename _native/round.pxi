@@ -1,0 +1,691 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+# cython: cdivision=True, embedsignature=True
+# One round: started, fed events, the stop rule, the votes and the results.
+#
+# The mirror of hiredlock/_engines/python_engine.py's _Round, its votes (_Votes) and run_blocking:
+# commands queued and written, events (writable, readable, a deadline), the stop rule of
+# hiredlock/_engines/contract.py, the votes, the end-of-round accounting and the results. _run is
+# the sync driver (poll() with the GIL released); round_events.pxi's NativeRound feeds the same
+# steps from an event loop. Included by engine.pyx; its C functions are declared in engine.pxd.
+
+# -- one round -------------------------------------------------------------------------------
+
+cdef object _round(NativeEngine self, Kind kind, tuple head, tuple eval_head, tuple items,
+                   bint columns, tuple tail, double timeout_ms, bint wait_all,
+                   bint honour_backoff, bint want_values, uint32_t script_bit):
+    """One round: run here with the GIL released (its results), or when beginning, started and
+    handed back to be fed by a driver (a NativeRound). items: a tuple of rows (one tuple of
+    arguments per item), or with columns, a tuple of columns (keys, tokens): item k's
+    arguments are items[0][k], items[1][k]."""
+    cdef int n_items = len(items[0]) if columns else len(items)
+    cdef int n_args, i, j, k
+    cdef int64_t end
+    cdef Command sync_cmd
+    cdef Command *cmd = &sync_cmd
+    cdef NativeRound rnd = None
+    cdef object value, row = None
+    cdef bint begin = self.beginning
+    if self.closed:
+        raise RuntimeError("this engine is closed")
+    if self.busy:
+        raise RuntimeError("an engine cannot be used by two callers at once (a round of it"
+                           " is in progress)")
+    if begin:
+        rnd = NativeRound.__new__(NativeRound)
+        rnd.engine = self
+        # the tuples the command points into, alive as long as the round
+        rnd.keep = (head, eval_head, items, tail)
+        rnd.ended = True  # until it is handed out
+        rnd.results = []
+        cmd = &rnd.cmd
+    if n_items == 0:
+        if begin:
+            return rnd
+        return []
+    n_args = len(items) if columns else len(items[0])
+    if not 0 < n_args <= MAX_ARGS:
+        raise ValueError(f"a command takes 1 to {MAX_ARGS} arguments per item")
+    self._grow(n_items)
+    memset(cmd, 0, sizeof(Command))
+    cmd.kind = kind
+    cmd.n_items = n_items
+    cmd.want_values = want_values
+    cmd.script_bit = script_bit
+    cmd.n_head = _parts(head, cmd.head, cmd.head_len)
+    _parts(eval_head, cmd.eval_head, cmd.eval_head_len)
+    cmd.n_tail = _parts(tail, cmd.tail, cmd.tail_len)
+    cmd.n_args = n_args
+    cmd.args = self.args
+    cmd.args_len = self.args_len
+    cmd.item_end = self.item_end
+    try:
+        # `items` keeps every bytes object alive while the GIL is released.
+        for k in range(n_items):
+            if not columns:
+                row = items[k]
+                if len(row) != n_args:
+                    raise ValueError("every item must have the same number of arguments")
+                if type(row) is not tuple:
+                    row = tuple(row)
+            for j in range(n_args):
+                # (set_nx's columns are tuples: see set_nx)
+                value = (<tuple>items[j])[k] if columns else (<tuple>row)[j]
+                if type(value) is not bytes:
+                    raise TypeError("command arguments must be bytes")
+                cmd.args[k * n_args + j] = PyBytes_AS_STRING(value)
+                cmd.args_len[k * n_args + j] = PyBytes_GET_SIZE(value)
+        _format_batch(self, cmd)
+        self.busy = True
+        if begin:
+            if self.generation != fork_generation:
+                _forget_inherited(self)
+            # Host names are looked up here, synchronously, bounded by the round's timeout.
+            if not _start(self, cmd, <int64_t>(timeout_ms * 1e6), wait_all, honour_backoff):
+                exc = self.pending_exc
+                self.pending_exc = None
+                raise exc
+            for i in range(self.n):
+                self.masters[i].defer_free = True
+            # From here on the round holds the engine until it ends.
+            rnd.ended = False
+            return rnd
+        with nogil:
+            # Only C memory owned by this engine, or kept alive by the tuples above, is
+            # touched in here, except where _run takes the GIL for a moment (a name lookup,
+            # Python's signal handlers); the result is built after.
+            if self.generation != fork_generation:
+                _forget_inherited(self)
+            _run(self, cmd, <int64_t>(timeout_ms * 1e6), wait_all, honour_backoff)
+            end = now_ns()
+        if self.pending_exc is not None:
+            # A signal handler raised (or a lookup was interrupted): the round has ended
+            # and accounted for every reply it is still owed, so the exception may go.
+            exc = self.pending_exc
+            self.pending_exc = None
+            raise exc
+        return _results(self, cmd, self.c_t0, end)
+    finally:
+        if rnd is None or rnd.ended:  # a round handed out keeps the engine until it ends
+            self.busy = False
+            _clear_details(self, n_items)
+
+
+cdef inline void _clear_details(NativeEngine self, int n_items) noexcept nogil:
+    cdef int i
+    if not self.c_details:
+        return
+    self.c_details = False
+    for i in range(n_items * self.n):
+        free(self.details[i])
+        self.details[i] = NULL
+
+
+cdef list _results(NativeEngine self, Command *cmd, int64_t t0, int64_t end):
+    cdef int k, i
+    cdef uint8_t *row
+    cdef list out = []
+    cdef dict details
+    for k in range(cmd.n_items):
+        row = self.codes + k * self.n
+        details = None
+        for i in range(self.n):
+            if row[i] == PENDING:
+                row[i] = SKIPPED if self.decided_at[k] else TIMEOUT
+            if self.details[k * self.n + i] != NULL:
+                if details is None:
+                    details = {}
+                details[i] = self.details[k * self.n + i].decode("utf-8", "replace")
+        out.append((
+            PyBytes_FromStringAndSize(<char *>row, self.n),
+            (self.decided_at[k] if self.decided_at[k] else end) - t0,
+            details,
+            tuple([self.values[k * self.n + i] for i in range(self.n)])
+            if cmd.want_values else None,
+        ))
+    return out
+
+
+cdef void _run(NativeEngine self, Command *cmd, int64_t timeout_ns, bint wait_all,
+               bint honour_backoff) noexcept nogil:
+    """The sync driver: a whole round, polling with the GIL released. The event-fed round
+    (NativeRound) is the same steps, with its waiting done by an event loop."""
+    cdef int k, nfds, rc
+    cdef bint last_look
+    cdef int64_t remaining, wait, now, next_check
+    if not _start(self, cmd, timeout_ns, wait_all, honour_backoff):
+        return  # interrupted before anything was written: nothing is owed
+    next_check = self.c_t0 + SIGNAL_SLICE_NS
+    while True:
+        nfds = _wanted(self)
+        if _stop(self, nfds):
+            break
+        now = now_ns()
+        if now >= next_check:
+            if _signalled(self):
+                break
+            now = now_ns()
+            next_check = now + SIGNAL_SLICE_NS
+        remaining = (self.c_cold_deadline if self.c_extended else self.c_deadline) - now
+        # Past the deadline, take one more look without waiting: replies that are already
+        # here count (a client descheduled past its deadline must not call masters that
+        # answered in time dead).
+        last_look = remaining <= 0
+        wait = next_check - now
+        if remaining < wait:
+            wait = remaining if remaining > 0 else 0
+        rc = hl_poll(self.fds, nfds, <int>((wait + 999999) // 1000000))
+        if rc < 0:
+            if not hl_poll_interrupted():
+                break
+            if _signalled(self):
+                break
+            next_check = now_ns() + SIGNAL_SLICE_NS
+            continue
+        for k in range(nfds):
+            if self.fds[k].revents:
+                _service(self, self.fd_master[k], self.fds[k].revents, cmd)
+        if last_look and not _extend(self):
+            break
+    # Every way out of the loop above comes here, a signal handler's exception included.
+    _account(self, cmd)
+
+
+# The steps of a round, shared by the sync driver (_run) and the event-fed round.
+
+cdef inline bint _start(NativeEngine self, Command *cmd, int64_t timeout_ns, bint wait_all,
+                        bint honour_backoff) noexcept nogil:
+    """Starts a round: takes in what arrived since the last one, looks up host names, queues
+    every command on every master and writes what the sockets take. False when a lookup was
+    interrupted (the exception is in pending_exc): nothing was written, nothing is owed."""
+    cdef int i
+    cdef int64_t t0
+    cdef Master *m
+    memset(self.codes, PENDING, <size_t>cmd.n_items * self.n)
+    memset(self.oks, 0, cmd.n_items * sizeof(int))
+    memset(self.fails, 0, cmd.n_items * sizeof(int))
+    memset(self.decided_at, 0, cmd.n_items * sizeof(int64_t))
+    if cmd.want_values:
+        memset(self.values, 0, <size_t>cmd.n_items * self.n * sizeof(long long))
+    self.c_n_items = cmd.n_items
+    self.c_undecided = cmd.n_items
+    self.c_timeout_ns = timeout_ns
+    self.c_wait_all = wait_all
+    # The unlock after a failed attempt decides nothing anyone waits for: it goes to every
+    # master but waits for the ones keeping up only, decided or not (see _engines/contract.py).
+    self.c_best_effort = wait_all and honour_backoff
+    self.c_extended = False
+
+    # Take in what arrived since the last round: late replies, and closed connections.
+    if self.in_round:
+        for i in range(self.n):
+            drop(&self.masters[i])
+    _refresh(self)
+    # Host names are looked up now, before the round's clock starts, and only when some
+    # named master is about to connect.
+    if self.n_named and _lookup_due(self) and not _resolve(self, timeout_ns):
+        self.c_t0 = now_ns()
+        return False
+
+    t0 = now_ns()
+    self.c_t0 = t0
+    self.c_deadline = t0 + timeout_ns
+    # Masters whose connection opens in this round may take longer (see _scripts), and are
+    # waited for past the deadline only while their answer can still decide a key.
+    self.c_cold_deadline = t0 + (timeout_ns if timeout_ns > CONNECT_MIN_NS
+                                 else CONNECT_MIN_NS)
+    self.in_round = True
+
+    # Queue every command on every master and write what can be written.
+    for i in range(self.n):
+        m = &self.masters[i]
+        m.failed = False
+        m.cold = m.ctx != NULL and m.state == READY and m.unqueued
+        # Once every key is decided, a wait_all round does not wait for a master that let an
+        # earlier round time out and has not caught up since, or that is still connecting
+        # since an earlier round: one stopped master must not cost every release its
+        # timeout. While a key is undecided every master is waited for (see _stop).
+        m.waited = not m.lagging and m.state != CONNECTING
+        m.slot_head = 0
+        m.slot_tail = 0
+        _prepare(self, i, cmd, t0, honour_backoff)
+    return True
+
+
+cdef inline int _wanted(NativeEngine self) noexcept nogil:
+    """Fills fds (and fd_master) with what the round waits for on each socket; returns how
+    many. Sets c_owed (some master the round still waits for owes it a reply or its
+    connect: past the deadline, only masters connected in the round are waited for) and
+    c_owed_waited (one of those is waited for once every key is decided). Every other
+    socket is still read: a late reply counts while the round goes on."""
+    cdef int i, events
+    cdef int nfds = 0
+    cdef bint owes
+    cdef bint owed = False
+    cdef bint owed_waited = False
+    cdef bint extended = self.c_extended
+    cdef Master *m
+    for i in range(self.n):
+        m = &self.masters[i]
+        if m.failed or m.ctx == NULL:
+            continue
+        if m.state == CONNECTING:
+            events = connect_events(m)
+            owes = True
+        elif m.slot_head != m.slot_tail:
+            events = POLLIN | POLLOUT if m.want_write else POLLIN
+            owes = True
+        elif m.want_write:
+            events = POLLIN | POLLOUT  # only flushing: it owes this round nothing
+            owes = False
+        else:
+            continue
+        if owes and (m.cold or not extended):
+            owed = True
+            owed_waited = owed_waited or m.waited
+        self.fds[nfds].fd = hl_context_fd(m.ctx)
+        self.fds[nfds].events = events
+        self.fds[nfds].revents = 0
+        self.fd_master[nfds] = i
+        nfds += 1
+    self.c_owed = owed
+    self.c_owed_waited = owed_waited
+    return nfds
+
+
+cdef inline bint _stop(NativeEngine self, int nfds) noexcept nogil:
+    """Whether the round is over (the stop rules of _engines/contract.py), given what _wanted()
+    just found. While a key is undecided, every master that may still answer is waited for
+    (lagging ones too: skipping one the quorum needs would be a false failure); once all are
+    decided, a wait_all round waits for the masters marked `waited` only."""
+    if not self.c_owed:
+        return True
+    if self.c_undecided == 0 or self.c_best_effort:
+        return not self.c_wait_all or not self.c_owed_waited
+    return self.c_extended and not _cold_can_decide(self)
+
+
+cdef inline bint _extend(NativeEngine self) noexcept nogil:
+    """After the last look at the deadline: whether the round goes on, to the connect bound
+    of the masters connected in it (_stop says whether any is still worth waiting for)."""
+    if (not self.c_extended and not self.c_best_effort
+            and self.c_cold_deadline > self.c_deadline):
+        self.c_extended = True
+        return True
+    return False
+
+
+cdef inline void _account(NativeEngine self, Command *cmd) noexcept nogil:
+    """Ends a round: what is still owed is read and dropped by a later round, or the
+    connection goes."""
+    cdef int i
+    cdef Master *m
+    cdef int64_t now = now_ns()
+    for i in range(self.n):
+        m = &self.masters[i]
+        if m.ctx == NULL:
+            continue
+        m.last_round_end = now
+        if m.demoted:
+            m.demoted = False
+            drop(m)
+            _look_again(self, i)
+            continue
+        if m.state == CONNECTING and now >= m.connect_deadline:
+            _explain_pending(self, i, connect_timed_out(m))
+            snprintf(m.last_error, sizeof(m.last_error), b"not retried yet after: %s",
+                     connect_timed_out(m))
+            fail(m, now)
+            continue
+        if m.slot_tail > m.slot_head:
+            m.stale += m.slot_tail - m.slot_head
+            # (it timed out if the round ended at its own bound: an early-decided round
+            # leaves the flag as it was)
+            if now >= (self.c_cold_deadline if m.cold else self.c_deadline):
+                m.lagging = True
+            if cmd.kind == KIND_SCRIPT:
+                _owe_evals(self, m, cmd)
+        if m.stale > MAX_STALE:
+            fail(m, now)
+    self.in_round = False
+
+
+cdef bint _signalled(NativeEngine self) noexcept with gil:
+    """Runs Python's signal handlers; True when one raised (the exception is kept for the
+    caller of the round, which raises it once the round is accounted for)."""
+    try:
+        PyErr_CheckSignals()
+    except BaseException as exc:
+        self.pending_exc = exc
+        return True
+    return False
+
+
+cdef bint _cold_can_decide(NativeEngine self) noexcept nogil:
+    """Past the deadline: whether the masters connected in this round, still unanswered,
+    could yet make an undecided key succeed (the others' silence counts as failure by now)."""
+    cdef int i, k, possible
+    cdef Master *m
+    for k in range(self.c_n_items):
+        if self.decided_at[k]:
+            continue
+        possible = self.oks[k]
+        for i in range(self.n):
+            m = &self.masters[i]
+            if (m.cold and not m.failed and m.ctx != NULL
+                    and self.codes[k * self.n + i] == PENDING):
+                possible += 1
+        if possible >= self.quorum:
+            return True
+    return False
+
+
+# -- queueing the round's commands on each master (_Round.queue) -----------------------------
+
+cdef void _prepare(NativeEngine self, int i, Command *cmd, int64_t now,
+                   bint honour_backoff) noexcept nogil:
+    cdef Master *m = &self.masters[i]
+    if m.state == CONNECTING and now >= m.connect_deadline:
+        _fail_master(self, i, CONN_ERROR, connect_timed_out(m), now)
+        return
+    if m.ctx == NULL:
+        if honour_backoff and now < m.down_until and (cmd.kind == KIND_SET or m.unreached):
+            # An acquire does not wait for a master that just failed, nor does the unlock
+            # after a failed attempt when nothing could have reached that master; release
+            # and extend always try.
+            _vote_master(self, i, CONN_ERROR, m.last_error)
+            m.failed = True
+            return
+        if not _connect(self, i, now):
+            return
+    if m.state == READY:
+        _queue_round(self, i, cmd, now)
+    # else: commands are queued once the connect completes, if it does within this round; a
+    # connection still connecting when the round ends has nothing queued, so nothing stale
+    # can reach the master later.
+
+
+cdef void _queue_round(NativeEngine self, int i, Command *cmd, int64_t now) noexcept nogil:
+    """Queues the handshake (on a new connection) and every command of the round; writes."""
+    cdef Master *m = &self.masters[i]
+    cdef int k
+    m.unqueued = False
+    # A script not sent on this connection yet goes as EVAL (see Master.scripts_known);
+    # a script the engine does not track (more than 32) relies on the NOSCRIPT fallback.
+    cdef bint as_eval = cmd.script_bit != 0 and not (m.scripts_known & cmd.script_bit)
+    cdef const char *failure
+    if as_eval:
+        for k in range(cmd.n_items):
+            failure = _append_eval(self, i, cmd, k)
+            if failure != NULL:
+                _fail_master(self, i, CONN_ERROR, failure, now)
+                return
+        m.scripts_known |= cmd.script_bit
+    else:
+        if m.slot_tail + cmd.n_items > m.slot_cap:
+            _fail_master(self, i, CONN_ERROR, b"out of memory", now)
+            return
+        if m.tls:
+            failure = _put(self, i, cmd.batch, cmd.item_end[cmd.n_items - 1])
+            if failure != NULL:
+                _fail_master(self, i, CONN_ERROR, failure, now)
+        elif m.ctx.obuf != NULL and m.ctx.obuf[0] == 0:
+            # Nothing queued before it (no login, no owed EVAL): the batch goes out straight
+            # from the engine's buffer, without a copy into libhiredis's.
+            _send_batch(self, i, cmd, now)
+        elif redisAppendFormattedCommand(
+                m.ctx, cmd.batch, cmd.item_end[cmd.n_items - 1]) == REDIS_ERR:
+            _fail_master(self, i, CONN_ERROR, b"out of memory", now)
+        else:
+            m.want_write = True
+            _write(self, i, now)
+        if m.failed:
+            return
+        for k in range(cmd.n_items):
+            m.slots[m.slot_tail] = k
+            m.slot_seq[m.slot_tail] = m.sent
+            m.slot_tail += 1
+            m.sent += 1
+        return
+    m.want_write = True
+    _write(self, i, now)
+
+
+cdef void _send_batch(NativeEngine self, int i, Command *cmd, int64_t now) noexcept nogil:
+    """Sends the round's batch on an idle connection; what the socket does not take now is
+    queued in libhiredis's output buffer, written when the socket is writable."""
+    cdef Master *m = &self.masters[i]
+    cdef size_t total = cmd.item_end[cmd.n_items - 1]
+    cdef long sent = hl_send(hl_context_fd(m.ctx), cmd.batch, total)
+    cdef int error
+    if sent < 0:
+        error = hl_send_error()
+        _fail_master(self, i, CONN_ERROR, plain_failure(m, hl_error_text(error), error), now)
+    elif <size_t>sent < total:
+        if redisAppendFormattedCommand(m.ctx, cmd.batch + sent, total - sent) == REDIS_ERR:
+            _fail_master(self, i, CONN_ERROR, b"out of memory", now)
+        else:
+            m.want_write = True
+    else:
+        m.want_write = False
+
+
+cdef const char *_append_eval(NativeEngine self, int i, Command *cmd, int k) noexcept nogil:
+    """Queues item k's script as EVAL (with its source) on master i; NULL, or why not."""
+    cdef Master *m = &self.masters[i]
+    cdef int argc, length
+    cdef char *formatted = NULL
+    cdef const char *failure
+    if m.slot_tail == m.slot_cap:
+        return b"out of memory"
+    argc = _argv(self, cmd, k, True)
+    length = format_command(&formatted, argc, self.argv_ptr, self.argv_len)
+    if length < 0:
+        return b"out of memory"
+    failure = _put(self, i, formatted, length)
+    free(formatted)
+    if failure != NULL:
+        return failure
+    m.slots[m.slot_tail] = k
+    m.slot_seq[m.slot_tail] = m.sent
+    m.slot_tail += 1
+    m.sent += 1
+    return NULL
+
+
+cdef void _owe_evals(NativeEngine self, Master *m, Command *cmd) noexcept nogil:
+    """The round ends before these script replies came: keep each one's EVAL, in case the
+    late reply is NOSCRIPT (a flushed script cache), so the script still runs there."""
+    cdef int j, argc, length
+    cdef char *formatted
+    cdef Redo *redo
+    for j in range(m.slot_head, m.slot_tail):
+        argc = _argv(self, cmd, m.slots[j], True)
+        formatted = NULL
+        length = format_command(&formatted, argc, self.argv_ptr, self.argv_len)
+        redo = <Redo *>malloc(sizeof(Redo))
+        if length < 0 or redo == NULL:
+            if length >= 0:
+                free(formatted)
+            free(redo)
+            continue  # out of memory: that late NOSCRIPT will go unanswered
+        redo.seq = m.slot_seq[j]
+        redo.command = formatted
+        redo.length = length
+        redo.next = NULL
+        if m.redo_tail == NULL:
+            m.redo_head = redo
+        else:
+            m.redo_tail.next = redo
+        m.redo_tail = redo
+
+
+# -- an event on a master's socket: connected, writable, readable ---------------------------
+
+cdef void _service(NativeEngine self, int i, int revents, Command *cmd) noexcept nogil:
+    cdef Master *m = &self.masters[i]
+    cdef int err = 0
+    cdef int64_t now = now_ns()
+    if m.failed or m.ctx == NULL:
+        return
+    cdef const char *failure
+    if m.state == CONNECTING:
+        if not m.has_channel:
+            err = hl_socket_error(hl_context_fd(m.ctx))
+            if err:
+                _fail_master(self, i, CONN_ERROR, hl_error_text(err), now)
+                return
+        if m.tls:
+            err = _tls_step(self, i)
+            if err < 0:
+                _fail_master(self, i, CONN_ERROR, m.tls_error, now)
+                return
+            if err == 0:
+                return  # the handshake goes on
+            m.want_write = m.tls_wants_write
+        m.state = READY
+        m.backoff_ms = 0
+        # connected in this round (opened in an earlier one, maybe): its login and first
+        # commands have the connect bound
+        m.cold = True
+        m.waited = True
+        failure = _handshake(self, i)
+        if failure != NULL:
+            _fail_master(self, i, CONN_ERROR, failure, now)
+            return
+        _queue_round(self, i, cmd, now)
+        return
+    if revents & POLLOUT:
+        _write(self, i, now)
+        if m.failed:
+            return
+    if revents & (POLLIN | POLLERR | POLLHUP | POLLNVAL):
+        failure = _fill(self, i)
+        if failure != NULL:
+            _fail_master(self, i, CONN_ERROR, failure, now)
+            return
+        _drain(self, i, cmd, now)
+
+
+cdef void _drain(NativeEngine self, int i, Command *cmd, int64_t now) noexcept nogil:
+    """Takes every complete reply out of the reader and counts it."""
+    cdef Master *m = &self.masters[i]
+    cdef void *raw = NULL
+    cdef redisReply *reply
+    cdef int k
+    cdef const char *refused
+    cdef Redo *redo
+    cdef char why[WHY_SIZE]
+    while True:
+        refused = take_reply(m.ctx.reader, &raw, why)
+        if refused != NULL:
+            _fail_master(self, i, ERROR, refused, now)
+            return
+        if raw == NULL:
+            return
+        reply = <redisReply *>raw
+        m.received += 1
+        if m.handshake > 0:
+            m.handshake -= 1
+            if reply.type == REDIS_REPLY_ERROR:
+                _fail_master(self, i, ERROR, reply.str, now)
+                freeReplyObject(raw)
+                return
+        elif m.stale > 0:
+            redo = late_reply(m, reply)
+            if redo != NULL:
+                refused = _resend(self, i, redo)
+                if refused != NULL:
+                    _fail_master(self, i, CONN_ERROR, refused, now)
+                else:
+                    _write(self, i, now)
+        elif m.slot_head < m.slot_tail:
+            k = m.slots[m.slot_head]
+            m.slot_head += 1
+            if cmd.kind == KIND_SCRIPT and reply.type != REDIS_REPLY_ERROR:
+                m.scripts_known |= cmd.script_bit
+            if (cmd.kind == KIND_SCRIPT and reply.type == REDIS_REPLY_ERROR
+                    and strncmp(reply.str, b"NOSCRIPT", 8) == 0):
+                # The script cache was flushed: send the source, and wait for that reply.
+                m.scripts_known &= ~cmd.script_bit
+                refused = _append_eval(self, i, cmd, k)
+                if refused != NULL:
+                    _fail_master(self, i, CONN_ERROR, refused, now)
+                else:
+                    m.want_write = True
+                    _write(self, i, now)
+            else:
+                _count(self, cmd, k, i, reply)
+        freeReplyObject(raw)
+        if m.failed:
+            return
+
+
+# -- the votes (_Votes) ------------------------------------------------------------------------
+
+cdef void _count(NativeEngine self, Command *cmd, int k, int i, redisReply *reply) noexcept nogil:
+    if reply.type == REDIS_REPLY_ERROR:
+        _vote(self, k, i, ERROR, reply.str)
+        if self.masters[i].named and strncmp(reply.str, b"READONLY", 8) == 0:
+            # a replica now (a failover): this connection goes after the round, and the
+            # master is looked up again
+            self.masters[i].demoted = True
+    elif cmd.kind == KIND_SET:
+        if (reply.type == REDIS_REPLY_STATUS and reply.len == 2
+                and strncmp(reply.str, b"OK", 2) == 0):
+            _vote(self, k, i, OK, NULL)
+        elif reply.type == REDIS_REPLY_NIL:
+            _vote(self, k, i, TAKEN, NULL)
+        else:
+            _vote(self, k, i, ERROR, b"unexpected reply to SET")
+    elif reply.type == REDIS_REPLY_INTEGER:
+        if cmd.want_values:
+            self.values[k * self.n + i] = reply.integer
+        _vote(self, k, i, OK if reply.integer > 0 else TAKEN, NULL)
+    elif reply.type == REDIS_REPLY_NIL:
+        _vote(self, k, i, TAKEN, NULL)
+    else:
+        _vote(self, k, i, ERROR, b"unexpected reply to the script")
+
+
+cdef void _vote(NativeEngine self, int k, int i, uint8_t code, const char *detail) noexcept nogil:
+    cdef int cell = k * self.n + i
+    cdef size_t length
+    if self.codes[cell] != PENDING:
+        return
+    self.codes[cell] = code
+    if detail != NULL and self.details[cell] == NULL:
+        length = strlen(detail)
+        if length > MAX_DETAIL:
+            length = MAX_DETAIL
+        self.details[cell] = <char *>malloc(length + 1)
+        self.c_details = True
+        if self.details[cell] != NULL:
+            memcpy(self.details[cell], detail, length)
+            self.details[cell][length] = 0
+    if code == OK:
+        self.oks[k] += 1
+    else:
+        self.fails[k] += 1
+    if self.decided_at[k] == 0 and (
+            self.oks[k] >= self.quorum or self.fails[k] > self.n - self.quorum):
+        self.decided_at[k] = now_ns()
+        self.c_undecided -= 1
+
+
+cdef void _explain_pending(NativeEngine self, int i, const char *detail) noexcept nogil:
+    """Gives master i's pending votes on undecided keys (they end as TIMEOUT) a reason."""
+    cdef int k, cell
+    for k in range(self.c_n_items):
+        cell = k * self.n + i
+        if (self.codes[cell] == PENDING and self.decided_at[k] == 0
+                and self.details[cell] == NULL):
+            self.details[cell] = <char *>malloc(strlen(detail) + 1)
+            if self.details[cell] != NULL:
+                self.c_details = True
+                memcpy(self.details[cell], detail, strlen(detail) + 1)
+
+
+cdef void _vote_master(NativeEngine self, int i, uint8_t code, const char *detail) noexcept nogil:
+    cdef int k
+    for k in range(self.c_n_items):
+        _vote(self, k, i, code, detail)
