@@ -71,6 +71,27 @@ cdef enum:
     TLS_WHY_SIZE = 256         # room for the reason a TLS channel failed (OpenSSL's words)
     MAX_LOCAL_DETAIL = 200     # room for a local connect failure's vote detail
 
+# The requests' field indexes (hiredlock/_core/requests.py: SetNx, RunScript and Cleanup), by
+# name, for steps.pxi and NativeEngine.run; steps.pxi's REQUEST_FIELDS lets a test check them
+# against the NamedTuples' _fields.
+cdef enum:
+    SET_NX_KEYS = 0
+    SET_NX_TOKENS = 1
+    SET_NX_TTL_MS = 2
+    SET_NX_TIMEOUT_MS = 3
+cdef enum:
+    SCRIPT_SHA = 0
+    SCRIPT_SOURCE = 1
+    SCRIPT_NUMKEYS = 2
+    SCRIPT_ARGVS = 3
+    SCRIPT_TIMEOUT_MS = 4
+    SCRIPT_WAIT_ALL = 5
+    SCRIPT_WANT_VALUES = 6
+    SCRIPT_HONOUR_BACKOFF = 7
+
+# The request types, handed over by set_request_types() (steps.pxi).
+cdef object _SetNx, _RunScript, _Cleanup, _Pause
+
 cdef enum:
     MAX_PARTS = 4              # shared leading or trailing arguments of a command
     MAX_ARGS = 16              # per-item arguments (keys and values) of one command

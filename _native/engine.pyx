@@ -348,6 +348,29 @@ cdef class NativeEngine:
         return _round(self, KIND_SCRIPT, (b"EVALSHA", sha, count), (b"EVAL", source, count),
                       argvs, False, (), timeout_ms, wait_all, honour_backoff, want_values, bit)
 
+    def run(self, request):
+        """Runs a round request (SetNx, RunScript or Cleanup: see hiredlock._core.requests) and
+        returns its results."""
+        if not isinstance(request, tuple):
+            raise TypeError(f"not a request: {request!r}")
+        cdef tuple args = <tuple>request
+        if type(request) is _SetNx:
+            return self.set_nx(args[SET_NX_KEYS], args[SET_NX_TOKENS], args[SET_NX_TTL_MS],
+                               args[SET_NX_TIMEOUT_MS])
+        return self.run_script(args[SCRIPT_SHA], args[SCRIPT_SOURCE], args[SCRIPT_NUMKEYS],
+                               args[SCRIPT_ARGVS], args[SCRIPT_TIMEOUT_MS], args[SCRIPT_WAIT_ALL],
+                               args[SCRIPT_WANT_VALUES], args[SCRIPT_HONOUR_BACKOFF])
+
+    def begin(self, request):
+        """Starts a round request's round and returns it (a NativeRound): a driver feeds it
+        events, finish() gives its results. Host names are looked up in here, synchronously
+        (bounded by the round's timeout)."""
+        self.beginning = True
+        try:
+            return self.run(request)
+        finally:
+            self.beginning = False
+
     # The calls above, begun instead: with `beginning` set, _round starts the round and hands it
     # out (the sync calls pay one flag test for sharing their argument handling).
 

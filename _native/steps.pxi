@@ -3,9 +3,10 @@
 # The blocking driver of the algorithm's steps, in C (hiredlock/_engines/blocking.py's run).
 #
 # The same loop as blocking.run_python: PyIter_Send hands back the generator's return value
-# without raising StopIteration, and no Python frame runs between two rounds. The request kinds
-# are hiredlock._core.requests' own constants, handed over by set_step_kinds() when
-# hiredlock._engines.blocking is imported. Included by engine.pyx.
+# without raising StopIteration, and no Python frame runs between two rounds. The request types
+# are hiredlock._core.requests' own NamedTuples, handed over by set_request_types() when
+# hiredlock._engines.blocking is imported; their fields are read at the indexes engine.pxd names.
+# Included by engine.pyx.
 
 cdef extern from "Python.h":
     int PyIter_Send(object iterator, object arg, PyObject **presult) except -1
@@ -15,61 +16,74 @@ cdef extern from "Python.h":
         PYGEN_RETURN
         PYGEN_NEXT
 
-cdef int _SET_NX = -1
-cdef int _PAUSE = -1
+REQUEST_FIELDS = {
+    "SetNx": {"keys": SET_NX_KEYS, "tokens": SET_NX_TOKENS, "ttl_ms": SET_NX_TTL_MS,
+              "timeout_ms": SET_NX_TIMEOUT_MS},
+    "RunScript": {"sha": SCRIPT_SHA, "source": SCRIPT_SOURCE, "numkeys": SCRIPT_NUMKEYS,
+                  "argvs": SCRIPT_ARGVS, "timeout_ms": SCRIPT_TIMEOUT_MS,
+                  "wait_all": SCRIPT_WAIT_ALL, "want_values": SCRIPT_WANT_VALUES,
+                  "honour_backoff": SCRIPT_HONOUR_BACKOFF},
+}
 
 _pause = None
 
 
-def set_step_kinds(int set_nx, int pause, pause_function):
-    """Tells run_steps the request kinds of hiredlock._core.requests and how a pause is waited for
-    (called by hiredlock._engines.blocking)."""
-    global _SET_NX, _PAUSE, _pause
-    _SET_NX = set_nx
-    _PAUSE = pause
+def set_request_types(set_nx, run_script, cleanup, pause, pause_function):
+    """Tells run_steps and NativeEngine.run the request types of hiredlock._core.requests and how
+    a pause is waited for (called by hiredlock._engines.blocking)."""
+    global _SetNx, _RunScript, _Cleanup, _Pause, _pause
+    _SetNx = set_nx
+    _RunScript = run_script
+    _Cleanup = cleanup
+    _Pause = pause
     _pause = pause_function
 
 
 def run_steps(steps, pool, list pin=None):
     """Drives a step generator to its end, blocking, on engines from `pool`; see
-    hiredlock._engines.blocking.run_python (pin included). A native engine's rounds are called in
-    C, without a Python call in between."""
+    hiredlock._engines.blocking.run_python (pin included). A native engine's rounds are called
+    in C, without a Python call in between."""
     cdef PyObject *sent = NULL
     cdef int status = PyIter_Send(steps, None, &sent)
-    cdef object request, engine, reply
+    cdef object request, engine, reply, kind
     cdef tuple args
     cdef NativeEngine native
-    cdef int kind
-    cdef bint owes
+    cdef bint owes, is_set
     while True:
         request = <object>sent
         Py_DECREF(sent)
         sent = NULL
         if status == PYGEN_RETURN:
             return request
-        kind = (<tuple?>request)[0]
-        args = (<tuple>request)[1] if kind != _PAUSE else None
+        kind = type(request)
         try:
-            if kind == _PAUSE:
-                _pause((<tuple>request)[1])
+            if kind is _Pause:
+                _pause(request)
                 reply = None
             else:
+                if not isinstance(request, tuple):
+                    raise TypeError(f"not a request: {request!r}")
+                args = <tuple>request
+                is_set = kind is _SetNx
                 if pin is None or pin[0] is None:
                     engine = pool.checkout()
                 else:  # wait for it about a round: this one's timeout
-                    engine = pool.checkout(pin[0], args[3] if kind == _SET_NX else args[4])
+                    engine = pool.checkout(
+                        pin[0], args[SET_NX_TIMEOUT_MS] if is_set else args[SCRIPT_TIMEOUT_MS])
                 try:
                     if type(engine) is NativeEngine:
                         native = <NativeEngine>engine
-                        if kind == _SET_NX:
-                            reply = native.set_nx(args[0], args[1], args[2], args[3])
+                        if is_set:
+                            reply = native.set_nx(args[SET_NX_KEYS], args[SET_NX_TOKENS],
+                                                  args[SET_NX_TTL_MS], args[SET_NX_TIMEOUT_MS])
                         else:
-                            reply = native.run_script(args[0], args[1], args[2], args[3],
-                                                      args[4], args[5], args[6], args[7])
-                    elif kind == _SET_NX:
-                        reply = engine.set_nx(*args)
+                            reply = native.run_script(
+                                args[SCRIPT_SHA], args[SCRIPT_SOURCE], args[SCRIPT_NUMKEYS],
+                                args[SCRIPT_ARGVS], args[SCRIPT_TIMEOUT_MS],
+                                args[SCRIPT_WAIT_ALL], args[SCRIPT_WANT_VALUES],
+                                args[SCRIPT_HONOUR_BACKOFF])
                     else:
-                        reply = engine.run_script(*args)
+                        reply = engine.run(request)
                 finally:
                     if pin is not None:
                         if type(engine) is NativeEngine:

@@ -12,11 +12,13 @@ from support import assert_no_key, assert_values, set_foreign, urls
 from hiredlock import QuorumUnreachable, Redlock
 from hiredlock._engines import poller as _poller
 from hiredlock._engines import python_engine as _python_engine
+from hiredlock._engines import round as _python_round
 
 
 @pytest.fixture
 def select_poller(monkeypatch):
     monkeypatch.setattr(_python_engine, "new_poller", _poller.SelectPoller)
+    monkeypatch.setattr(_python_round, "new_poller", _poller.SelectPoller)
 
 
 @pytest.fixture

@@ -3,8 +3,9 @@
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, ClassVar, Optional
 
-from ._config import MasterSpec
-from ._contract import RoundResult
+from ._core.config import MasterSpec
+from ._core.requests import Pause, Request, RoundRequest
+from ._engines.contract import RoundResult
 
 HIREDIS_VERSION: str
 
@@ -29,6 +30,8 @@ class NativeEngine:
         want_values: bool = False,
         honour_backoff: bool = False,
     ) -> list[RoundResult]: ...
+    def run(self, request: RoundRequest) -> list[RoundResult]: ...
+    def begin(self, request: RoundRequest) -> NativeRound: ...
     def begin_set_nx(
         self,
         keys: Sequence[bytes],
@@ -62,7 +65,15 @@ class NativeRound:
     def end(self) -> None: ...
     def break_off(self) -> None: ...
 
-def set_step_kinds(set_nx: int, pause: int, pause_function: Callable[[tuple], None]) -> None: ...
+REQUEST_FIELDS: dict[str, dict[str, int]]
+
+def set_request_types(
+    set_nx: type,
+    run_script: type,
+    cleanup: type,
+    pause: type,
+    pause_function: Callable[[Pause], None],
+) -> None: ...
 def run_steps(
-    steps: Generator[tuple[int, Any], Any, Any], pool: Any, pin: Optional[list] = None
+    steps: Generator[Request, Any, Any], pool: Any, pin: Optional[list] = None
 ) -> Any: ...

@@ -28,7 +28,7 @@ from . import judgement as _judgement
 from . import scripts as _scripts
 from .config import Duration
 from .lockbase import LockBase
-from .requests import CLEANUP, SCRIPT, Request, Steps, script
+from .requests import Cleanup, Request, RunScript, Steps, script
 from .tokens import new_token
 
 _log = logging.getLogger("hiredlock")
@@ -86,11 +86,11 @@ class FairBase(LockBase):
         ttl = b"%d" % self._ttl_ms
         return (self._key, *self._queue, token, ttl, ticket, self._order, self._window)
 
-    def _unlock_request(self, token: bytes, kind: int, expiry: bool = False) -> Request:
-        """After a failed attempt (kind SCRIPT), the ticket gets back its place for the window
-        where the attempt took the lock (FAIR_UNDO). After an interrupted one (CLEANUP), a
+    def _unlock_request(self, token: bytes, kind: type, expiry: bool = False) -> Request:
+        """After a failed attempt (kind RunScript), the ticket gets back its place for the window
+        where the attempt took the lock (FAIR_UNDO). After an interrupted one (Cleanup), a
         lock's unlock: the call leaves the queue next (_acquire_steps)."""
-        if kind != SCRIPT or self._ticket is None:
+        if kind is not RunScript or self._ticket is None:
             return LockBase._unlock_request(self, token, kind, expiry)
         return script(
             _scripts.FAIR_UNDO,
@@ -120,6 +120,6 @@ class FairBase(LockBase):
             return
         argv = (self._key, *self._queue, b"", ticket)
         try:
-            yield script(_scripts.FAIR_RELEASE, 3, (argv,), self._timeout_ms, True, kind=CLEANUP)
+            yield script(_scripts.FAIR_RELEASE, 3, (argv,), self._timeout_ms, True, kind=Cleanup)
         except Exception as exc:
             _log.warning("hiredlock: leaving the queue of %r failed: %s", self._name, exc)

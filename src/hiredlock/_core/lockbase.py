@@ -34,7 +34,7 @@ from .errors import (
     QuorumUnreachable,
     TooManyExtensions,
 )
-from .requests import CLEANUP, PAUSE, SCRIPT, SET_NX, Request, Steps, script
+from .requests import Cleanup, Pause, Request, RunScript, SetNx, Steps, script
 from .session import Session, Timing
 from .tokens import new_token
 
@@ -169,17 +169,17 @@ class LockBase:
     # -- the rounds of this kind of lock (read and write locks say otherwise) -------------------
 
     def _acquire_request(self, token: bytes) -> Request:
-        return SET_NX, ((self._key,), (token,), self._ttl_ms, self._timeout_ms)
+        return SetNx((self._key,), (token,), self._ttl_ms, self._timeout_ms)
 
     def _release_request(self, token: bytes) -> Request:
         # (script(_RELEASE, ...) spelled out: this is half of every lock cycle)
         argvs = ((self._key, token),)
         timeout_ms = self._timeout_ms
-        return SCRIPT, (_RELEASE_SHA, _RELEASE_SOURCE, 1, argvs, timeout_ms, True, False, False)
+        return RunScript(_RELEASE_SHA, _RELEASE_SOURCE, 1, argvs, timeout_ms, True, False, False)
 
-    def _unlock_request(self, token: bytes, kind: int, expiry: bool = False) -> Request:
-        """The unlock after an attempt that failed (kind SCRIPT: best effort, see the engine
-        contract's honour_backoff) or that an exception interrupted (CLEANUP). expiry: its
+    def _unlock_request(self, token: bytes, kind: type, expiry: bool = False) -> Request:
+        """The unlock after an attempt that failed (kind RunScript: best effort, see the engine
+        contract's honour_backoff) or that an exception interrupted (Cleanup). expiry: its
         replies also say when the holder's keys expire (see _free_in)."""
         argvs = ((self._key, token),)
         if expiry:
@@ -193,7 +193,7 @@ class LockBase:
                 honour_backoff=True,
             )
         return script(
-            _RELEASE, 1, argvs, self._timeout_ms, True, honour_backoff=kind == SCRIPT, kind=kind
+            _RELEASE, 1, argvs, self._timeout_ms, True, honour_backoff=kind is RunScript, kind=kind
         )
 
     def _free_in(self, unlocked: RoundResult) -> Optional[float]:
@@ -417,7 +417,7 @@ class LockBase:
                 raise
             # (with notices: and learn when the holder's keys expire)
             try:
-                unlocked = (yield self._unlock_request(token, SCRIPT, notices is not None))[0]
+                unlocked = (yield self._unlock_request(token, RunScript, notices is not None))[0]
             except BaseException:
                 # interrupted before it went out, or while it ran: it goes out again, as a
                 # clean-up, whatever happens to the caller
@@ -432,12 +432,12 @@ class LockBase:
             if delay is None:
                 return False
             if notices is None:
-                yield PAUSE, (delay, None, None, 0.0, 0, session.closing)
+                yield Pause(delay, None, None, 0.0, 0, session.closing)
             else:
                 delay = _judgement.wake_delay(delay, self._free_in(unlocked))
                 splits = splits + 1 if _judgement.split_with_rivals(failed[0]) else 0
                 settle = _judgement.settle_after_notice(failed[1], splits, session.retry_delay)
-                yield PAUSE, (delay, notices, channel, settle, seen, session.closing)
+                yield Pause(delay, notices, channel, settle, seen, session.closing)
 
     def _fenced_rounds(self, token: bytes, start: int) -> Steps:
         """Acquire with a fence: (the failed round or None, the fence).
@@ -483,7 +483,7 @@ class LockBase:
         if self._session.rounds_closed:
             return  # nothing went out (a closed client refuses every round), nor can it now
         try:
-            yield self._unlock_request(token, CLEANUP)
+            yield self._unlock_request(token, Cleanup)
         except Exception as exc:
             _log.warning("hiredlock: unlocking %r after an exception failed: %s", self._name, exc)
 
@@ -893,7 +893,7 @@ def _permit_attempts(
         delay = retrying.after_failure(codes, votes)
         if delay is None:
             return None, votes
-        yield PAUSE, (delay, notices, channel, 0.0, seen, session.closing)
+        yield Pause(delay, notices, channel, 0.0, seen, session.closing)
 
 
 def _held_through(live: dict, index: int) -> bool:
@@ -927,7 +927,7 @@ def _unlock_keys(name: object, pairs: list[tuple[bytes, bytes]], timeout_ms: flo
     """The unlock of these (key, token) pairs on every master after an interruption (as
     LockBase._unlock_steps does for one lock)."""
     try:
-        yield script(_RELEASE, 1, pairs, timeout_ms, True, kind=CLEANUP)
+        yield script(_RELEASE, 1, pairs, timeout_ms, True, kind=Cleanup)
     except Exception as exc:
         _log.warning("hiredlock: unlocking %r after an exception failed: %s", name, exc)
 
@@ -969,7 +969,7 @@ def _batch_attempt(session: Session, locks: Sequence[LockBase], keys: list[bytes
     tokens = [new_token() for _ in locks]
     start = time.monotonic_ns()
     try:
-        results = yield SET_NX, (keys, tokens, ttl_ms, timeout_ms)
+        results = yield SetNx(keys, tokens, ttl_ms, timeout_ms)
     except BaseException:
         # interrupted: whatever the round set is unlocked on every master
         yield from _unlock_keys(f"{len(keys)} names", list(zip(keys, tokens)), timeout_ms)

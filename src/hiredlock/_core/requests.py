@@ -1,4 +1,4 @@
-"""What the algorithm asks its driver for.
+"""What the algorithm asks its driver for: the requests, as named types.
 
 The algorithm (the lock kinds' step generators in _core/lockbase.py and _core/batches.py) is written
 once, as generators that never do I/O and never wait: each yields a request (a round to run on every
@@ -7,39 +7,85 @@ master, or a pause) and is sent the round's results, or thrown the exception tha
 driver runs the requests: hiredlock._engines.blocking.run blocks (the engines' own poll loops, a
 wait on an event); hiredlock.aio awaits them on the event loop.
 
-A request is a pair (kind, arguments), cheap to make on every round:
-    (SET_NX, (keys, tokens, ttl_ms, timeout_ms))    engine.set_nx's arguments
-    (SCRIPT, (sha, source, numkeys, argvs, timeout_ms, wait_all, want_values, honour_backoff))
-                                                    engine.run_script's arguments
-    (CLEANUP, the same as SCRIPT)                   a round made after an interruption, waiting
-                                                    CLEANUP_WAIT_MS at most: an asyncio driver
-                                                    shields it from a second cancellation; the
-                                                    blocking one just runs it
-    (PAUSE, (seconds, notices, channel, settle, seen, closing))
-                                                    wait before the next attempt: `seconds`,
-                                                    or less when `notices` (the client's release
-                                                    notices, see _engines/notices.py; None: a plain
-                                                    sleep) has a notice on `channel` sooner (or
-                                                    had one since it had heard `seen`), and
-                                                    then `settle` seconds more; cut short when
-                                                    the client closes (`closing`, its
-                                                    threading.Event)
+A request is one of the NamedTuples below, cheap to make on every round. A round's request
+(SetNx, RunScript, Cleanup) is what an engine runs (engine.run(request), or engine.begin(request)
+for a driver that waits itself: see _engines/contract.py); a driver tells them apart by type
+(`type(request) is Pause`). Being tuples, they can be read by field index where speed matters (the
+native engine's steps driver): those indexes are the `*_FIELDS` below, which the native engine
+mirrors (a test checks that they agree).
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from typing import Any
+from typing import Any, NamedTuple, Optional, Union
 
 from .scripts import CLEANUP_WAIT_MS, Script
 
-SET_NX = 0
-SCRIPT = 1
-CLEANUP = 2
-PAUSE = 3
 
-Request = tuple[int, Any]
+class SetNx(NamedTuple):
+    """SET key token NX PX ttl_ms on every master, for each (key, token): OK if set, TAKEN if
+    the key exists."""
+
+    keys: Sequence[bytes]
+    tokens: Sequence[bytes]
+    ttl_ms: int
+    timeout_ms: float
+
+
+class RunScript(NamedTuple):
+    """EVALSHA sha numkeys *argv on every master for each argv (EVAL source where needed: see
+    the engine contract). honour_backoff: a best-effort round (an acquire, or the unlock after a
+    failed attempt)."""
+
+    sha: bytes
+    source: bytes
+    numkeys: int
+    argvs: Sequence[tuple[bytes, ...]]
+    timeout_ms: float
+    wait_all: bool
+    want_values: bool = False
+    honour_backoff: bool = False
+
+
+class Cleanup(NamedTuple):
+    """A RunScript made after an interruption, waiting CLEANUP_WAIT_MS at most: an asyncio
+    driver shields it from a second cancellation; the blocking one just runs it. An engine runs
+    it as the RunScript it holds the fields of."""
+
+    sha: bytes
+    source: bytes
+    numkeys: int
+    argvs: Sequence[tuple[bytes, ...]]
+    timeout_ms: float
+    wait_all: bool
+    want_values: bool = False
+    honour_backoff: bool = False
+
+
+class Pause(NamedTuple):
+    """Wait before the next attempt: `seconds`, or less when `notices` (the client's release
+    notices, see _engines/notices.py; None: a plain sleep) has a notice on `channel` sooner (or
+    had one since it had heard `seen`), and then `settle` seconds more; cut short when the client
+    closes (`closing`, its threading.Event)."""
+
+    seconds: float
+    notices: Any
+    channel: Optional[bytes]
+    settle: float
+    seen: int
+    closing: Any
+
+
+RoundRequest = Union[SetNx, RunScript, Cleanup]
+Request = Union[SetNx, RunScript, Cleanup, Pause]
 Steps = Generator[Request, Any, Any]
+
+# The field orders a C reader relies on (see the module doc).
+SET_NX_FIELDS = SetNx._fields
+RUN_SCRIPT_FIELDS = RunScript._fields
+PAUSE_FIELDS = Pause._fields
+assert Cleanup._fields == RunScript._fields
 
 
 def script(
@@ -50,13 +96,13 @@ def script(
     wait_all: bool,
     want_values: bool = False,
     honour_backoff: bool = False,
-    kind: int = SCRIPT,
-) -> Request:
+    kind: type[RunScript] | type[Cleanup] = RunScript,
+) -> RunScript | Cleanup:
     """A request to run `script` for each argv on every master (see the engine contract); a
-    clean-up waits CLEANUP_WAIT_MS at most for the replies."""
-    if kind == CLEANUP and timeout_ms > CLEANUP_WAIT_MS:
+    clean-up (kind Cleanup) waits CLEANUP_WAIT_MS at most for the replies."""
+    if kind is Cleanup and timeout_ms > CLEANUP_WAIT_MS:
         timeout_ms = CLEANUP_WAIT_MS
-    return kind, (
+    return kind(
         script.sha,
         script.source,
         numkeys,
@@ -66,3 +112,8 @@ def script(
         want_values,
         honour_backoff,
     )
+
+
+def items_of(request: RoundRequest) -> int:
+    """How many items (keys, or argvs) a round request has."""
+    return len(request.keys) if type(request) is SetNx else len(request.argvs)  # type: ignore[union-attr]

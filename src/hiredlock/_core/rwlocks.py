@@ -26,7 +26,7 @@ from . import judgement as _judgement
 from . import scripts as _scripts
 from .config import Duration, lock_name
 from .lockbase import LockBase
-from .requests import SCRIPT, Request, script
+from .requests import Request, RunScript, script
 
 # The readers' pass after a writer's release lasts the window, or this long once the first reader
 # went through it (the readers woken by the same release arrive within a round or two): two round
@@ -65,9 +65,9 @@ class _SideBase(LockBase):
     def _release_request(self, token: bytes) -> Request:
         return self._request(self._release_script, token, True)
 
-    def _unlock_request(self, token: bytes, kind: int, expiry: bool = False) -> Request:
-        # (kind SCRIPT: after a failed attempt, which tries again if it may; CLEANUP: abandoned)
-        retries = kind == SCRIPT
+    def _unlock_request(self, token: bytes, kind: type, expiry: bool = False) -> Request:
+        # (kind RunScript: after a failed attempt, which tries again if it may; Cleanup: abandoned)
+        retries = kind is RunScript
         marks_waiting = b"1" if retries else b"0"
         return self._request(
             self._undo_script, token, True, marks_waiting, honour_backoff=retries, kind=kind

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .._core.requests import PAUSE, SET_NX, Steps
+from .._core.requests import Cleanup, Pause, RunScript, SetNx, Steps
 
 
-def pause(args: tuple) -> None:
-    """Waits as a PAUSE request asks, blocking."""
-    seconds, notices, channel, settle, seen, closing = args
-    if notices is None:
-        closing.wait(seconds)
-    elif notices.wait(channel, seconds, seen) and settle:
-        closing.wait(settle)
+def pause(request: Pause) -> None:
+    """Waits as a Pause request asks, blocking."""
+    if request.notices is None:
+        request.closing.wait(request.seconds)
+    elif request.notices.wait(request.channel, request.seconds, request.seen) and request.settle:
+        request.closing.wait(request.settle)
 
 
 def run_python(steps: Steps, pool: Any, pin: Optional[list] = None) -> Any:
@@ -34,27 +33,26 @@ def run_python(steps: Steps, pool: Any, pin: Optional[list] = None) -> Any:
     """
     send = steps.send
     try:
-        kind, args = send(None)
+        request = send(None)
         while True:
             try:
-                if kind == PAUSE:
-                    pause(args)
+                if type(request) is Pause:
+                    pause(request)
                     reply = None
                 else:
                     prefer = pin[0] if pin is not None else None
                     # (the wait for the preferred engine: about a round, this one's timeout)
-                    engine = pool.checkout(prefer, args[3] if kind == SET_NX else args[4])
+                    engine = pool.checkout(prefer, request.timeout_ms)
                     try:
-                        run_round = engine.set_nx if kind == SET_NX else engine.run_script
-                        reply = run_round(*args)
+                        reply = engine.run(request)
                     finally:
                         if pin is not None:
                             pin[0] = engine if engine.owes_replies() else None
                         pool.checkin(engine)
             except BaseException as exc:
-                kind, args = steps.throw(exc)
+                request = steps.throw(exc)
                 continue
-            kind, args = send(reply)
+            request = send(reply)
     except StopIteration as stop:
         return stop.value
 
@@ -64,5 +62,5 @@ try:  # the same loop in C where the native extension loads (see _native/steps.p
 except ImportError:
     run = run_python
 else:
-    _native.set_step_kinds(SET_NX, PAUSE, pause)
+    _native.set_request_types(SetNx, RunScript, Cleanup, Pause, pause)
     run = _native.run_steps

@@ -1,10 +1,16 @@
 """The engine contract: what both engines (native and pure Python) do, and nothing more.
 
 An engine owns one connection per master and does one round trip per call for a batch of keys. It
-does no sleeping, no retries and no policy: the API layer does those, once, for both engines. An
-engine is used by one thread at a time (the API layer pools them).
+does no sleeping, no retries and no policy: the API layer does those, once, for both engines, and
+the per-master rules (reconnect backoff, lagging masters, READONLY, Sentinel groups) live once in
+_engines/master_policy.py, handed to each round. An engine is used by one thread at a time (the
+API layer pools them). The whole surface both engines provide is the Protocols below (Engine, and
+Round for a round fed by a driver's events); tests/test_engine_contract.py checks both engines
+against them.
 
-A call returns one RoundResult per key:
+A round runs a request of hiredlock._core.requests (SetNx, RunScript, Cleanup): engine.run(request)
+runs it to its end, engine.begin(request) starts it and hands out the Round for a driver to feed.
+A round gives one RoundResult per key:
     codes:      bytes of length n_masters, codes[m] is an Outcome value for master m
     elapsed_ns: monotonic nanoseconds from just before the first write to the moment the key's
                 outcome was decided (a quorum of OKs, or too many failures for one), or to the end
@@ -13,8 +19,15 @@ A call returns one RoundResult per key:
     values:     with want_values, the integer reply of each master (0 where there was none),
                 else None
 
-Stop rules, the same in both engines (the native engine's _wanted/_stop/_extend/_account, the
-python engine's _Round.finished/on_deadline/end). Terms:
+Stop rules, the same in both engines, as the steps named below (each engine has a method of that
+name, and its comments point here rather than repeat this):
+    wanted    what the round waits for on each socket now, and whether a master it waits for still
+              owes it something (python: _Round.fds_wanted / the scan in _stop; native: _wanted)
+    stop      the table below, before D and from D to C (python: _Round._stop; native: _stop)
+    extend    at D: one more look without waiting (rule 1), then end or go on to C (python:
+              _Round._extend; native: _extend)
+    account   the end of a round (rules 3 to 5) (python: _Round._account; native: _account)
+Terms:
     D         the round's deadline: its start + timeout_ms
     C         the connect bound: its start + max(timeout_ms, CONNECT_TIMEOUT_MIN_MS)
     new       a master whose connection opened in this round, or came up in it or since the last
@@ -65,17 +78,78 @@ address yet votes CONN_ERROR with the reason.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Optional, Protocol
+from typing import Callable, NamedTuple, Optional, Protocol
 
 from .._core.config import MasterSpec
+from .._core.requests import RoundRequest
 
-RoundResult = tuple[bytes, int, Optional[dict[int, str]], Optional[tuple[int, ...]]]
+
+class RoundResult(NamedTuple):
+    """One key's outcome in a round (see the module doc). The native engine builds plain tuples
+    of these fields, in this order (a NamedTuple would cost it a Python call per key): callers
+    unpack them or index them, and never test their type."""
+
+    codes: bytes
+    elapsed_ns: int
+    details: Optional[dict[int, str]]
+    values: Optional[tuple[int, ...]]
+
+
+class Round(Protocol):
+    """A round begun by Engine.begin, fed by a driver (the asyncio one: aio/_driver.py):
+
+    fds_wanted()              fd -> POLLIN | POLLOUT: what the round waits for on each socket
+    on_ready(fd, r, w)        that socket is readable (r) and/or writable (w)
+    next_deadline_ns          when (time.monotonic_ns) on_deadline is due
+    on_deadline(now_ns)       a deadline passed (the step `extend`)
+    finished()                nothing more to wait for (the step `stop`): the driver then
+                              calls end()
+    end()                     the accounting (the step `account`, once); also how a driver
+                              gives up on a round early (a cancelled task); the engine's
+                              finish(round) then gives the results
+    break_off()               instead of end() after an exception in the middle of an event:
+                              what the masters owe is unknown, so their connections go
+    before_close              None, or called with an fd just before the round closes that
+                              socket, so a driver can unregister it from its own event loop
+                              first (fd numbers are reused)
+    """
+
+    before_close: Optional[Callable[[int], None]]
+
+    @property
+    def next_deadline_ns(self) -> int: ...
+
+    def fds_wanted(self) -> dict[int, int]: ...
+
+    def on_ready(self, fd: int, readable: object, writable: object) -> None: ...
+
+    def on_deadline(self, now_ns: int) -> None: ...
+
+    def finished(self) -> bool: ...
+
+    def end(self) -> None: ...
+
+    def break_off(self) -> None: ...
 
 
 class Engine(Protocol):
     name: str
 
-    def __init__(self, masters: Sequence[MasterSpec], quorum: int) -> None: ...
+    def __init__(self, masters: Sequence[MasterSpec], quorum: Optional[int] = None) -> None: ...
+
+    def run(self, request: RoundRequest) -> list[RoundResult]:
+        """Runs a round request to its end (the sync driver: polls with the engine's own loop)."""
+        ...
+
+    def begin(self, request: RoundRequest) -> Round:
+        """Starts a round request's round (commands queued and written as far as the sockets
+        take them; host names looked up first, bounded by the round's timeout) and hands it out
+        for a driver to feed; finish(round) gives its results."""
+        ...
+
+    def finish(self, rnd: Round) -> list[RoundResult]:
+        """The results of a round a driver is done with (ended first if need be)."""
+        ...
 
     def set_nx(
         self,
@@ -84,7 +158,8 @@ class Engine(Protocol):
         ttl_ms: int,
         timeout_ms: float,
     ) -> list[RoundResult]:
-        """SET key token NX PX ttl_ms on every master: OK if set, TAKEN if the key exists."""
+        """run(SetNx(...)): SET key token NX PX ttl_ms on every master: OK if set, TAKEN if the
+        key exists."""
         ...
 
     def run_script(
@@ -98,9 +173,9 @@ class Engine(Protocol):
         want_values: bool = False,
         honour_backoff: bool = False,
     ) -> list[RoundResult]:
-        """EVALSHA sha numkeys *argv for each argv; EVAL source after NOSCRIPT, and on a
-        connection that has not run this script yet (so that no lost NOSCRIPT reply can leave the
-        script unrun).
+        """run(RunScript(...)): EVALSHA sha numkeys *argv for each argv; EVAL source after
+        NOSCRIPT, and on a connection that has not run this script yet (so that no lost NOSCRIPT
+        reply can leave the script unrun).
 
         honour_backoff: a best-effort round (an acquire, or the unlock after a failed attempt):
         like set_nx, do not reconnect to masters that failed a moment ago; with wait_all, do not

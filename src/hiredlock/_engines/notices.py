@@ -34,6 +34,7 @@ from .._core import fork as _fork
 from .._core.config import MasterSpec
 from . import resolver as _resolver
 from .connect import direct_address, login_commands, place_of, start_connect
+from .master_policy import Backoff
 from .poller import POLLIN, POLLOUT, new_poller
 from .resp import NOT_READY, ProtocolError, Reader, ReplyError, pack_command
 from .tls import TLSChannel, TLSError
@@ -41,7 +42,8 @@ from .tls import TLSChannel, TLSError
 # A channel stays subscribed this long after its last waiter left; the thread (and the
 # connections) end when no channel is left: LINGER_S after the last wait.
 LINGER_S = 2.0
-# A subscriber that failed is reconnected after a pause, doubling from MIN to MAX.
+# A subscriber that failed is reconnected after a pause, doubling from MIN to MAX (a Backoff of
+# _engines/master_policy.py, in seconds).
 RECONNECT_MIN_S = 0.1
 RECONNECT_MAX_S = 2.0
 # A master that refused the subscriber (an ACL without the channels, say) is asked again after
@@ -80,9 +82,8 @@ class Subscriber:
         "_tls",
         "_unsent",
         "asked",
-        "backoff_s",
+        "backoff",
         "confirmed",
-        "down_until",
         "place",
         "sock",
         "spec",
@@ -103,8 +104,7 @@ class Subscriber:
         self._host: Optional[str] = None  # the name TLS checks (SNI), from the address
         self.asked: set[bytes] = set()  # channels SUBSCRIBE was sent for on this connection
         self.confirmed: set[bytes] = set()  # channels the master confirmed
-        self.down_until = 0.0
-        self.backoff_s = 0.0
+        self.backoff = Backoff(RECONNECT_MIN_S, RECONNECT_MAX_S)
         self._n_login = n_login
 
     def open(self, now: float) -> bool:
@@ -146,7 +146,8 @@ class Subscriber:
         wanted): its reconnection, a connection not up in time; None: not before an event."""
         if self.sock is None:
             # (past its pause and still closed: its master's address is being looked up)
-            return self.down_until if self.down_until > now else now + TICK_S
+            until = self.backoff.until
+            return until if until > now else now + TICK_S
         if self.state in (_CONNECTING, _HANDSHAKE):
             return self._since + CONNECT_TIMEOUT_S
         return None
@@ -191,7 +192,7 @@ class Subscriber:
                 out.append((reply[0], reply[1]))
                 if reply[0] == b"subscribe":
                     self.confirmed.add(reply[1])
-                    self.backoff_s = 0.0
+                    self.backoff.succeeded()
 
     def subscribe(self, channels: Sequence[bytes], unsubscribe: Sequence[bytes]) -> None:
         """Asks for these changes (on a connection that is up)."""
@@ -220,8 +221,7 @@ class Subscriber:
         """Closes the connection; the next one is opened after `pause_s`, or after a pause that
         doubles with each failure in a row."""
         self.close()
-        self.backoff_s = min(RECONNECT_MAX_S, max(RECONNECT_MIN_S, self.backoff_s * 2))
-        self.down_until = now + (self.backoff_s if pause_s is None else pause_s)
+        self.backoff.failed(now, pause_s)
 
     def _connected(self) -> None:
         if self.spec.tls is not None:
@@ -330,7 +330,7 @@ class NoticeBoard:
         channels = set(self.waiters) | set(self.idle_since)
         for subscriber in self.subscribers:
             if subscriber.sock is None:
-                if not channels or now < subscriber.down_until:
+                if not channels or subscriber.backoff.waiting(now):
                     continue
                 try:
                     if not subscriber.open(now):

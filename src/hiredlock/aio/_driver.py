@@ -20,7 +20,6 @@ import asyncio
 import time
 from typing import Any, Callable, Optional
 
-from .._core.requests import SET_NX
 from .._engines.poller import POLLIN, POLLOUT
 
 
@@ -141,7 +140,7 @@ def start(rnd: Any, loop: asyncio.AbstractEventLoop, on_end: Callable[[Any], Non
 
 
 async def drive(rnd: Any, loop: Optional[asyncio.AbstractEventLoop] = None) -> None:
-    """Waits for a round begun on an engine (begin_set_nx, begin_script) until it is finished;
+    """Waits for a round begun on an engine (engine.begin(request)) until it is finished;
     engine.finish(rnd) then gives its results. The round is ended when this returns or raises
     (cancelled included)."""
     if loop is None:
@@ -162,11 +161,3 @@ async def drive(rnd: Any, loop: Optional[asyncio.AbstractEventLoop] = None) -> N
     except asyncio.CancelledError:
         registrations.give_up()
         raise
-
-
-def begin_on_engine(engine: Any, kind: int, args: tuple) -> Any:
-    """A round begun on an engine, to be fed events by a driver (engine.finish gives its
-    results)."""
-    if kind == SET_NX:
-        return engine.begin_set_nx(*args)
-    return engine.begin_script(*args)

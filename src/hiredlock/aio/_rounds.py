@@ -31,9 +31,17 @@ from typing import Any, Optional
 from .._core import batches as _batches
 from .._core import scripts as _scripts
 from .._core.errors import HiredlockError
-from .._core.requests import CLEANUP, PAUSE, SCRIPT, SET_NX, Steps
+from .._core.requests import (
+    Cleanup,
+    Pause,
+    RoundRequest,
+    RunScript,
+    SetNx,
+    Steps,
+    items_of,
+)
 from .._core.session import Session
-from ._driver import begin_on_engine, start
+from ._driver import start
 
 _ACQUIRE_FENCED_SHA = _scripts.ACQUIRE_FENCED.sha
 
@@ -42,14 +50,13 @@ _running_loop = asyncio.get_running_loop
 
 
 class _Batch:
-    """The requests of one shape that go out together, as one engine round: their arguments
+    """The requests of one shape that go out together, as one engine round: the requests
     and their callers' futures (a cancelled caller's future is done: its request is left out)."""
 
-    __slots__ = ("args", "done", "flushed", "futures", "kind", "slices")
+    __slots__ = ("done", "flushed", "futures", "requests", "slices")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, kind: int) -> None:
-        self.kind = kind
-        self.args: list[tuple] = []
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.requests: list[RoundRequest] = []
         self.futures: list[asyncio.Future] = []
         self.slices: list[tuple[asyncio.Future, int, int]] = []  # (future, first, count)
         self.flushed = False
@@ -106,29 +113,32 @@ class AsyncRounds:
         the request it interrupted, so that their clean-up goes out before it propagates)."""
         send = steps.send
         try:
-            kind, args = send(None)
+            request = send(None)
             while True:
                 try:
-                    if kind == PAUSE:
-                        seconds, notices, channel, settle, seen, _closing = args
+                    if type(request) is Pause:
+                        notices = request.notices
                         if notices is None:
-                            await self._sleep(seconds)
-                        elif await notices.wait(channel, seconds, seen) and settle:
-                            await self._sleep(settle)
+                            await self._sleep(request.seconds)
+                        elif (
+                            await notices.wait(request.channel, request.seconds, request.seen)
+                            and request.settle
+                        ):
+                            await self._sleep(request.settle)
                         reply = None
-                    elif kind == CLEANUP:
-                        reply = await self._uncancelled(args)
+                    elif type(request) is Cleanup:
+                        reply = await self._uncancelled(request)
                     else:
-                        batch, future = self._submit(kind, args)
+                        batch, future = self._submit(request)
                         try:
                             reply = await future
                         except asyncio.CancelledError:
                             await self._settle(batch)
                             raise
                 except BaseException as exc:
-                    kind, args = steps.throw(exc)
+                    request = steps.throw(exc)
                     continue
-                kind, args = send(reply)
+                request = send(reply)
         except StopIteration as stop:
             return stop.value
 
@@ -150,26 +160,26 @@ class AsyncRounds:
         if not closing.done():
             closing.set_result(None)
 
-    def _submit(self, kind: int, args: tuple) -> tuple[_Batch, asyncio.Future]:
+    def _submit(self, request: RoundRequest) -> tuple[_Batch, asyncio.Future]:
         loop = _running_loop()
         if loop is not self._loop:
             loop = self.loop()
         if self._closed:
             raise HiredlockError("this Redlock is closed")
-        if kind == SET_NX:
+        if type(request) is SetNx:
             if self._session.closed:
                 raise HiredlockError("this Redlock is closed")  # after aclose() only unlocks
-            shape: tuple = (SET_NX, args[2], args[3])  # ttl, timeout
+            shape: tuple = (SetNx, request.ttl_ms, request.timeout_ms)
         else:
-            if self._session.closed and args[0] == _ACQUIRE_FENCED_SHA:
+            if self._session.closed and request.sha == _ACQUIRE_FENCED_SHA:
                 raise HiredlockError("this Redlock is closed")
-            # sha, numkeys, timeout, wait_all, want_values, honour_backoff
-            shape = (SCRIPT, args[0], args[2], args[4], args[5], args[6], args[7])
+            # everything but the argvs (a clean-up goes out as the script it runs)
+            shape = (RunScript, *request[:3], *request[4:])
         batch = self._queued.get(shape)
         if batch is None:
-            batch = self._queued[shape] = _Batch(loop, kind)
+            batch = self._queued[shape] = _Batch(loop)
         future = loop.create_future()
-        batch.args.append(args)
+        batch.requests.append(request)
         batch.futures.append(future)
         if self._in_flight is None:
             # Nothing in flight: this round goes out now. The rounds asked for while it is in
@@ -177,10 +187,10 @@ class AsyncRounds:
             self._flush()
         return batch, future
 
-    async def _uncancelled(self, args: tuple) -> Any:
+    async def _uncancelled(self, request: Cleanup) -> Any:
         """A clean-up round (a script): a second cancellation does not stop it (it is bounded by
         the per-master timeout); the first one is what propagates afterwards."""
-        _batch, future = self._submit(CLEANUP, args)
+        _batch, future = self._submit(RunScript(*request))
         while True:
             try:
                 return await asyncio.shield(future)
@@ -210,8 +220,8 @@ class AsyncRounds:
             shape = next(iter(self._queued))
             batch = self._queued.pop(shape)
             batch.flushed = True
-            args = _merged(batch)
-            if args is None:  # every caller was cancelled before it went out
+            request = _merged(batch)
+            if request is None:  # every caller was cancelled before it went out
                 batch.done.set_result(None)
                 continue
             self._in_flight = batch
@@ -219,7 +229,7 @@ class AsyncRounds:
                 if self._engine is None:
                     self._engine = self._session.new_engine()
                 engine = self._engine
-                rnd = begin_on_engine(engine, batch.kind, args)
+                rnd = engine.begin(request)
                 start(rnd, self._loop, functools.partial(self._ended, batch, engine, rnd))
             except Exception as exc:
                 self._ended(batch, self._engine, None, exc)
@@ -282,33 +292,37 @@ class AsyncRounds:
             engine.close()
 
 
-def _merged(batch: _Batch) -> Optional[tuple]:
-    """The arguments of one engine round for the batch's live requests (None: there are none);
-    batch.slices says where each caller's results will be."""
+def _merged(batch: _Batch) -> Optional[RoundRequest]:
+    """One engine round for the batch's live requests (None: there are none); batch.slices says
+    where each caller's results will be."""
     slices = batch.slices
-    live = [(future, args) for future, args in zip(batch.futures, batch.args) if not future.done()]
+    live = [
+        (future, request)
+        for future, request in zip(batch.futures, batch.requests)
+        if not future.done()
+    ]
     if not live:
         return None
     if len(live) == 1:
-        future, args = live[0]
-        slices.append((future, 0, len(args[0] if batch.kind == SET_NX else args[3])))
-        return args
+        future, request = live[0]
+        slices.append((future, 0, items_of(request)))
+        return request
     position = 0
     first = live[0][1]
-    if batch.kind == SET_NX:
+    if type(first) is SetNx:
         keys: list[bytes] = []
         tokens: list[bytes] = []
-        for future, args in live:
-            count = len(args[0])
+        for future, request in live:
+            count = len(request.keys)  # type: ignore[union-attr]
             slices.append((future, position, count))
             position += count
-            keys.extend(args[0])
-            tokens.extend(args[1])
-        return (keys, tokens, first[2], first[3])
+            keys.extend(request.keys)  # type: ignore[union-attr]
+            tokens.extend(request.tokens)  # type: ignore[union-attr]
+        return first._replace(keys=keys, tokens=tokens)
     argvs: list[tuple[bytes, ...]] = []
-    for future, args in live:
-        count = len(args[3])
+    for future, request in live:
+        count = len(request.argvs)  # type: ignore[union-attr]
         slices.append((future, position, count))
         position += count
-        argvs.extend(args[3])
-    return (first[0], first[1], first[2], argvs, *first[4:])
+        argvs.extend(request.argvs)  # type: ignore[union-attr]
+    return first._replace(argvs=argvs)  # type: ignore[call-arg]

@@ -1,0 +1,611 @@
+"""The pure-Python engine's round: one call's commands, its votes, and the masters it is still
+doing I/O with (the native engine's part of the same name: _native/round.pxi).
+
+One round: every command for every master is written before any reply is read (a connection
+opened in the round gets its login, AUTH and SELECT, pipelined in front of them); then a driver
+waits on all sockets at once, until the stop rules of _engines/contract.py end it. Sockets are
+non-blocking and every wait is for what is left of the round, so a round's time is bounded as a
+whole, however a master sends its bytes. The round itself never waits: the blocking driver is
+run_blocking, below; the asyncio one is aio/_driver.py.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, Optional
+
+from .._core.scripts import MAX_STALE_REPLIES
+from .connect import CONNECT_TIMED_OUT, TLS_HANDSHAKE_TIMED_OUT
+from .contract import RoundResult
+from .master import (
+    CONN_ERROR,
+    CONNECTING,
+    ERROR,
+    IN_CHANNEL,
+    KIND_SET,
+    LOGIN,
+    OK,
+    PENDING,
+    READY,
+    RECV_BYTES,
+    SKIPPED,
+    TAKEN,
+    TIMEOUT,
+    Master,
+    events_wanted,
+    handshake_events,
+)
+from .master_policy import MasterPolicy, MasterReport
+from .poller import POLLIN, POLLOUT, new_poller
+from .resp import NOT_READY, ProtocolError, ReplyError, ReplyTooLarge, pack_command
+from .tls import TLSChannel, TLSError
+
+_MAX_DETAIL = 400  # characters of an error text kept in a vote (as the native engine)
+
+
+class Votes:
+    """Vote bookkeeping of one round: per key, per master, and when each key was decided."""
+
+    __slots__ = (
+        "codes",
+        "decided_at",
+        "details",
+        "fails",
+        "n",
+        "oks",
+        "q",
+        "t0",
+        "undecided",
+        "values",
+    )
+
+    def __init__(self, n_keys: int, n: int, q: int, t0: int, want_values: bool) -> None:
+        self.n = n
+        self.q = q
+        self.t0 = t0
+        self.codes = [bytearray([PENDING]) * n for _ in range(n_keys)]
+        self.oks = [0] * n_keys
+        self.fails = [0] * n_keys
+        self.decided_at = [0] * n_keys
+        self.details: list[Optional[dict[int, str]]] = [None] * n_keys
+        self.undecided = n_keys
+        self.values = [[0] * n for _ in range(n_keys)] if want_values else None
+
+    def vote(self, key: int, master: int, code: int, detail: Optional[str] = None) -> None:
+        codes = self.codes[key]
+        if codes[master] != PENDING:
+            return
+        codes[master] = code
+        if detail is not None:
+            self.explain(key, master, detail)
+        if code == OK:
+            self.oks[key] += 1
+        else:
+            self.fails[key] += 1
+        if not self.decided_at[key] and (
+            self.oks[key] >= self.q or self.fails[key] > self.n - self.q
+        ):
+            self.decided_at[key] = time.monotonic_ns()
+            self.undecided -= 1
+
+    def vote_all(self, master: int, code: int, detail: Optional[str]) -> None:
+        for key in range(len(self.codes)):
+            self.vote(key, master, code, detail)
+
+    def explain(self, key: int, master: int, detail: str) -> None:
+        if self.details[key] is None:
+            self.details[key] = {}
+        self.details[key][master] = detail[:_MAX_DETAIL]  # type: ignore[index]
+
+    def count(self, key: int, master: int, kind: int, reply: Any) -> None:
+        """Turns one reply into a vote (as the native engine does, reply type by reply type)."""
+        if type(reply) is ReplyError:
+            self.vote(key, master, ERROR, reply.text)
+        elif kind == KIND_SET:
+            if reply == b"OK":
+                self.vote(key, master, OK)
+            elif reply is None:
+                self.vote(key, master, TAKEN)
+            else:
+                self.vote(key, master, ERROR, "unexpected reply to SET")
+        elif type(reply) is int:
+            if self.values is not None:
+                self.values[key][master] = reply
+            self.vote(key, master, OK if reply > 0 else TAKEN)
+        elif reply is None:
+            self.vote(key, master, TAKEN)
+        else:
+            self.vote(key, master, ERROR, "unexpected reply to the script")
+
+    def explain_pending(self, master: int, detail: str) -> None:
+        """Gives the master's pending votes on undecided keys (they end as TIMEOUT) a reason."""
+        for key, codes in enumerate(self.codes):
+            if codes[master] == PENDING and not self.decided_at[key]:
+                self.explain(key, master, detail)
+
+    def results(self, end_ns: int) -> list[RoundResult]:
+        """Masters still pending were SKIPPED if their key was decided, else they TIMED OUT."""
+        out = []
+        for key, (codes, decided, details) in enumerate(
+            zip(self.codes, self.decided_at, self.details)
+        ):
+            if PENDING in codes:
+                codes = codes.replace(b"\xff", bytes([SKIPPED if decided else TIMEOUT]))
+            values = None if self.values is None else tuple(self.values[key])
+            out.append(RoundResult(bytes(codes), (decided or end_ns) - self.t0, details, values))
+        return out
+
+
+class Evals:
+    """Each item's script as EVAL (with its source), formatted when first needed: on a connection
+    that has not run the script yet, after NOSCRIPT, or for a reply the round leaves owed."""
+
+    __slots__ = ("argvs", "batch", "count", "packed", "source")
+
+    def __init__(self, source: bytes, count: bytes, argvs: Sequence[tuple[bytes, ...]]) -> None:
+        self.source = source
+        self.count = count
+        self.argvs = argvs
+        self.packed: list[Optional[bytes]] = [None] * len(argvs)
+        self.batch: Optional[bytes] = None
+
+    def __getitem__(self, item: int) -> bytes:
+        packed = self.packed[item]
+        if packed is None:
+            packed = self.packed[item] = pack_command(
+                (b"EVAL", self.source, self.count, *self.argvs[item])
+            )
+        return packed
+
+    def all(self) -> bytes:
+        if self.batch is None:
+            self.batch = b"".join(self[item] for item in range(len(self.packed)))
+        return self.batch
+
+
+class Round:
+    """One call: its commands, its votes, and the masters it is still doing I/O with.
+
+    A round never waits: a driver feeds it what happened (the Round Protocol of
+    _engines/contract.py), so one round serves the blocking driver (run_blocking, below) and the
+    asyncio one (aio/_driver.py) alike. For a driver that polls, `poller` is a poll object
+    registered with exactly fds_wanted().
+
+    What it learns about each master goes to the engine's MasterPolicy at its end, as the masks
+    of a MasterReport (bit i: master i), only when one of them is not 0.
+    """
+
+    __slots__ = (
+        "active",
+        "batch",
+        "before_close",
+        "best_effort",
+        "caught_up",
+        "commands",
+        "deadline",
+        "ended_ns",
+        "evals",
+        "failed",
+        "fresh_deadline",
+        "kind",
+        "lagged",
+        "lagging",
+        "masters",
+        "next_deadline_ns",
+        "over",
+        "past_deadline",
+        "policy",
+        "poller",
+        "readonly",
+        "reasons",
+        "sha",
+        "unreached",
+        "up",
+        "votes",
+        "wait_all",
+    )
+
+    def __init__(
+        self,
+        masters: Sequence[Master],
+        policy: Optional[MasterPolicy],
+        kind: int,
+        commands: list[bytes],
+        evals: Optional[Evals],
+        sha: Optional[bytes],
+        votes: Votes,
+        deadline: int,
+        fresh_deadline: int,
+        wait_all: bool,
+        best_effort: bool,
+    ) -> None:
+        self.masters = masters
+        self.policy = policy
+        self.kind = kind
+        self.commands = commands
+        self.batch = commands[0] if len(commands) == 1 else b"".join(commands)
+        self.evals = evals  # scripts only
+        self.sha = sha
+        self.votes = votes
+        self.deadline = deadline  # masters connected before the round
+        self.fresh_deadline = fresh_deadline  # masters whose connection opens in this round
+        self.next_deadline_ns = deadline  # then fresh_deadline, once deadline has passed
+        self.past_deadline = False
+        self.over = False  # its last deadline passed
+        self.ended_ns = 0  # when end() ran
+        self.wait_all = wait_all
+        self.best_effort = best_effort  # (contract: best effort)
+        self.poller = new_poller()
+        self.before_close: Optional[Callable[[int], None]] = None
+        # fd -> master, for masters this round still does I/O with: connecting, writing, or owed
+        # replies of this round
+        self.active: dict[int, Master] = {}
+        # the policy's lagging masks at the start, and what the round reports (MasterReport)
+        self.lagging = 0
+        self.failed = self.unreached = self.up = self.lagged = self.caught_up = 0
+        self.readonly = 0
+        self.reasons: Optional[dict[int, tuple[int, str]]] = None
+
+    # -- what a driver calls (contract: Round) ---------------------------------------------------
+
+    def fds_wanted(self) -> dict[int, int]:
+        return {fd: events_wanted(master) for fd, master in self.active.items()}
+
+    def finished(self) -> bool:
+        return self.over or self._stop()
+
+    def on_ready(self, fd: int, readable: Any, writable: Any) -> None:
+        master = self.active.get(fd)
+        if master is None:
+            return
+        if master.state == CONNECTING:
+            self._connected(master)
+            return
+        if writable and master.unsent is not None and not self._flush(master):
+            return
+        if readable and not self._read(master):
+            return
+        if not master.todo and master.unsent is None:
+            self.retire(master)
+
+    def on_deadline(self, now_ns: int) -> None:
+        if not self.over and now_ns >= self.next_deadline_ns:
+            self._extend()
+
+    def end(self) -> None:
+        if not self.ended_ns:
+            self._account()
+
+    def break_off(self) -> None:
+        """Instead of end() after an exception: the connections of masters not accounted yet go
+        (what they owe is unknown)."""
+        for master in self.masters:
+            if master.busy:
+                master.drop()
+                master.busy = False
+
+    # -- the stop rules (contract: wanted, stop, extend, account) -------------------------------
+
+    def _stop(self) -> bool:
+        past = self.past_deadline
+        owed = owed_waited = False
+        for master in self.active.values():  # (contract: wanted)
+            if (past and not master.fresh) or not (master.todo or master.state == CONNECTING):
+                continue
+            owed = True
+            if master.waited:
+                owed_waited = True
+                break
+        if not owed:
+            return True
+        if not self.votes.undecided or self.best_effort:
+            return not self.wait_all or not owed_waited
+        return past and not self._fresh_can_decide()
+
+    def _fresh_can_decide(self) -> bool:
+        votes = self.votes
+        fresh = [master.index for master in self.active.values() if master.fresh]
+        for codes, decided, oks in zip(votes.codes, votes.decided_at, votes.oks):
+            if not decided and oks + sum(codes[i] == PENDING for i in fresh) >= votes.q:
+                return True
+        return False
+
+    def _extend(self) -> None:
+        for fd, event in self.poller.poll(0):
+            self.on_ready(fd, event & ~POLLOUT, event & POLLOUT)
+        if self.past_deadline or self.fresh_deadline <= self.deadline or self.best_effort:
+            self.over = True
+        else:
+            self.past_deadline = True
+            self.next_deadline_ns = self.fresh_deadline
+
+    def _account(self) -> None:
+        """Once; clears each master's busy mark, last (see master.py's module doc)."""
+        end = self.ended_ns = time.monotonic_ns()
+        for master in self.masters:
+            if master.sock is not None:
+                if master.state == CONNECTING:
+                    if end >= master.connect_deadline:
+                        # (a TLS master has its channel once the TCP connect is confirmed)
+                        why = (
+                            CONNECT_TIMED_OUT if master.channel is None else TLS_HANDSHAKE_TIMED_OUT
+                        )
+                        self.votes.explain_pending(master.index, why)
+                        master.drop()
+                        self.failure(master, end, why, True)
+                elif master.todo:
+                    self._abandon(master, end)
+        policy = self.policy
+        if policy is not None and (
+            self.failed | self.up | self.lagged | self.caught_up | self.readonly
+        ):
+            drop = policy.settle(
+                MasterReport(
+                    self.failed,
+                    self.unreached,
+                    self.up,
+                    self.lagged,
+                    self.caught_up,
+                    self.readonly,
+                    self.reasons or {},
+                )
+            )
+            for master in self.masters:
+                if drop & master.bit and master.sock is not None:
+                    if self.before_close is not None:
+                        self.before_close(master.fd)
+                    master.drop()
+        for master in self.masters:
+            master.busy = False
+
+    # -- bookkeeping -----------------------------------------------------------------------------
+
+    def watch(self, master: Master) -> None:
+        # events_wanted, written out: this runs for every master of every round
+        if master.state == CONNECTING:
+            events = POLLOUT if master.channel is None else handshake_events(master.channel)
+        else:
+            events = POLLIN if master.unsent is None else POLLIN | POLLOUT
+        self.poller.register(master.fd, events)
+        self.active[master.fd] = master
+
+    def retire(self, master: Master) -> None:
+        if self.active.pop(master.fd, None) is not None:
+            self.poller.unregister(master.fd)
+
+    def fail(self, master: Master, code: int, detail: str, unreached: bool = False) -> None:
+        """The master failed in this round: each key it has not answered gets this vote."""
+        self.votes.vote_all(master.index, code, detail)
+        self.retire(master)
+        if self.before_close is not None and master.sock is not None:
+            self.before_close(master.fd)
+        master.drop()
+        self.failure(master, time.monotonic_ns(), detail, unreached)
+
+    def failure(self, master: Master, at: int, reason: str, unreached: bool) -> None:
+        """Reports a failed connection (already dropped) to the policy, at the round's end.
+
+        unreached: the failure came before anything was written to the master (name lookup,
+        connect)."""
+        bit = master.bit
+        self.failed |= bit
+        if unreached:
+            self.unreached |= bit
+        if self.reasons is None:
+            self.reasons = {}
+        self.reasons[master.index] = (at, reason)
+
+    # -- I/O -------------------------------------------------------------------------------------
+
+    def queue(self, master: Master) -> None:
+        """Writes the round's commands (after the login on a new connection) to a master."""
+        master.unqueued = False
+        if self.evals is not None and self.sha not in master.scripts:
+            data = self.evals.all()  # not sent on this connection yet: EVAL (see Master.scripts)
+            master.scripts.add(self.sha)
+        else:
+            data = self.batch
+        owed = master.owed
+        if master.login_due:
+            master.login_due = False
+            data = master.login + data
+            owed.extend([LOGIN] * master.n_login)
+        n_items = len(self.commands)
+        if n_items == 1:
+            owed.append(0)
+        else:
+            owed.extend(range(n_items))
+        master.todo = n_items
+        error = master.push(data)
+        if error is not None:
+            self.fail(master, CONN_ERROR, error)
+            return
+        self.watch(master)
+
+    def _connected(self, master: Master) -> None:
+        """Finishes a non-blocking connect (and a TLS master's handshake, step by step); then the
+        login and the round's commands go."""
+        tls = master.spec.tls
+        if master.channel is None:
+            error = master.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)  # type: ignore[union-attr]
+            if error:
+                self.fail(master, CONN_ERROR, os.strerror(error), unreached=True)
+                return
+            if tls is not None:
+                try:
+                    # (a Sentinel group's master is known by the address the sentinels gave)
+                    host = master.spec.host or master.address.host
+                    master.channel = TLSChannel(tls, master.sock, host)
+                except TLSError as exc:
+                    self.fail(master, CONN_ERROR, str(exc), unreached=True)
+                    return
+        if master.channel is not None and master.state == CONNECTING:
+            try:
+                done = master.channel.handshake()
+            except TLSError as exc:
+                self.fail(master, CONN_ERROR, str(exc), unreached=True)
+                return
+            if not done:
+                self.watch(master)  # (what the handshake waits for now)
+                return
+            if master.channel.wants_write:
+                master.unsent = IN_CHANNEL
+        master.state = READY
+        self.up |= master.bit
+        # connected in this round (opened in an earlier one, maybe): its login and first
+        # commands have the connect bound
+        master.fresh = master.waited = True
+        master.deadline = self.fresh_deadline
+        self.retire(master)
+        self.queue(master)
+
+    def _flush(self, master: Master) -> bool:
+        """Writes more of what the socket did not take; False when the connection failed."""
+        if master.channel is not None:
+            try:
+                done = master.channel.flush()
+            except TLSError as exc:
+                self.fail(master, CONN_ERROR, str(exc))
+                return False
+            if done:
+                master.unsent = None
+                self.poller.register(master.fd, POLLIN)
+            return True
+        unsent = master.unsent
+        try:
+            sent = master.sock.send(unsent)  # type: ignore[union-attr,arg-type]
+        except BlockingIOError:
+            return True
+        except OSError as exc:
+            self.fail(master, CONN_ERROR, master.broken(exc))
+            return False
+        if sent < len(unsent):  # type: ignore[arg-type]
+            master.unsent = unsent[sent:]  # type: ignore[index]
+        else:
+            master.unsent = None
+            self.poller.register(master.fd, POLLIN)
+        return True
+
+    def _read(self, master: Master) -> bool:
+        """Reads what arrived and counts every whole reply; False when the connection failed."""
+        if master.channel is not None:
+            try:
+                data = master.channel.read()
+            except TLSError as exc:
+                self.fail(master, CONN_ERROR, str(exc))
+                return False
+            if not data:
+                return True  # TLS records only, so far
+        else:
+            try:
+                data = master.sock.recv(RECV_BYTES)  # type: ignore[union-attr]
+            except BlockingIOError:
+                return True
+            except OSError as exc:
+                self.fail(master, CONN_ERROR, master.broken(exc))
+                return False
+            if not data:
+                self.fail(master, CONN_ERROR, "connection closed by the master")
+                return False
+        reader = master.reader
+        reader.feed(data)
+        owed = master.owed
+        votes = self.votes
+        while True:
+            try:
+                reply = reader.get()
+            except ReplyTooLarge as exc:
+                self.fail(master, ERROR, str(exc))
+                return False
+            except ProtocolError as exc:
+                self.fail(master, ERROR, f"protocol error: {exc}")
+                return False
+            if reply is NOT_READY:
+                return True
+            master.heard = True
+            if not owed:
+                self.fail(master, ERROR, "protocol error: a reply nobody asked for")
+                return False
+            entry = owed.popleft()
+            if type(entry) is int:
+                master.todo -= 1
+                if self.lagging & master.bit:
+                    self.caught_up |= master.bit  # every earlier reply came first
+                if self.sha is not None:
+                    if type(reply) is not ReplyError:
+                        master.scripts.add(self.sha)
+                    elif reply.text.startswith("NOSCRIPT"):
+                        # The script cache was flushed: send the source, and wait for that reply.
+                        master.scripts.discard(self.sha)
+                        if not self._send(master, self.evals[entry]):  # type: ignore[index]
+                            return False
+                        owed.append(entry)
+                        master.todo += 1
+                        continue
+                if type(reply) is ReplyError and reply.text.startswith("READONLY"):
+                    self.readonly |= master.bit  # (master_policy: READONLY)
+                votes.count(entry, master.index, self.kind, reply)
+            elif entry is LOGIN:
+                if type(reply) is ReplyError:
+                    self.fail(master, ERROR, reply.text)
+                    return False
+            elif (
+                entry is not None
+                and type(reply) is ReplyError
+                and reply.text.startswith("NOSCRIPT")
+            ):
+                # owed to an abandoned round: its script still runs there
+                if not self._send(master, entry):
+                    return False
+                owed.append(None)
+
+    def _send(self, master: Master, data: bytes) -> bool:
+        """Writes one more command in the middle of a round; False when the connection failed."""
+        had_unsent = master.unsent is not None
+        error = master.push(data)
+        if error is not None:
+            self.fail(master, CONN_ERROR, error)
+            return False
+        if master.unsent is not None and not had_unsent:
+            self.poller.register(master.fd, POLLIN | POLLOUT)
+        return True
+
+    def _abandon(self, master: Master, end: int) -> None:
+        """The round ended with replies still owed: later rounds read them and drop them (a
+        script's, if it says NOSCRIPT, gets its EVAL sent then: see LOGIN)."""
+        if len(master.owed) > MAX_STALE_REPLIES:
+            master.drop()
+            return
+        evals = self.evals
+        master.owed = deque(
+            (None if evals is None else evals[entry]) if type(entry) is int else entry
+            for entry in master.owed
+        )
+        master.todo = 0
+        if end >= master.deadline:  # an early-decided round leaves the mark as it was
+            self.lagged |= master.bit
+
+
+def run_blocking(rnd: Round) -> list[RoundResult]:
+    """The sync driver: polls what the round waits for until it is finished, ends it, and gives
+    its results. An exception on the way (a KeyboardInterrupt, a signal handler's) breaks the
+    round off."""
+    try:
+        # (no socket left in the round is finished() too; tested first, without a call)
+        while rnd.active and not rnd.finished():
+            now = time.monotonic_ns()
+            remaining_ns = rnd.next_deadline_ns - now
+            if remaining_ns > 0:
+                for fd, event in rnd.poller.poll((remaining_ns + 999_999) // 1_000_000):
+                    rnd.on_ready(fd, event & ~POLLOUT, event & POLLOUT)
+            else:
+                rnd.on_deadline(now)
+        rnd.end()
+    except BaseException:
+        rnd.break_off()
+        raise
+    return rnd.votes.results(rnd.ended_ns)
