@@ -41,6 +41,8 @@ from .tokens import new_token
 if TYPE_CHECKING:
     from .client import ClientBase
 
+_new = tuple.__new__  # a NamedTuple request from its fields, in C (see _acquire_request)
+
 _OK = int(_scripts.Outcome.OK)
 _RELEASE = _scripts.RELEASE
 _EXTEND = _scripts.EXTEND
@@ -169,13 +171,16 @@ class LockBase:
     # -- the rounds of this kind of lock (read and write locks say otherwise) -------------------
 
     def _acquire_request(self, token: bytes) -> Request:
-        return SetNx((self._key,), (token,), self._ttl_ms, self._timeout_ms)
+        # (made as tuple.__new__ does: half of every lock cycle, without a Python-level call)
+        return _new(SetNx, ((self._key,), (token,), self._ttl_ms, self._timeout_ms))
 
     def _release_request(self, token: bytes) -> Request:
         # (script(_RELEASE, ...) spelled out: this is half of every lock cycle)
         argvs = ((self._key, token),)
         timeout_ms = self._timeout_ms
-        return RunScript(_RELEASE_SHA, _RELEASE_SOURCE, 1, argvs, timeout_ms, True, False, False)
+        return _new(
+            RunScript, (_RELEASE_SHA, _RELEASE_SOURCE, 1, argvs, timeout_ms, True, False, False)
+        )
 
     def _unlock_request(self, token: bytes, kind: type, expiry: bool = False) -> Request:
         """The unlock after an attempt that failed (kind RunScript: best effort, see the engine
