@@ -23,7 +23,7 @@ from fake_master import TimedMasters
 from servers import BlackHole
 
 from hiredlock import Outcome
-from hiredlock._core.config import parse_masters
+from hiredlock._core.masters import parse_masters
 from hiredlock._core.scripts import CONNECT_TIMEOUT_MIN_MS, PING
 from hiredlock._engines.selection import engine_class
 from hiredlock.aio._driver import drive

@@ -15,7 +15,7 @@ from apis import api_fixture, both_apis, make_redlock_fixture  # noqa: F401
 from support import EXTRA_SLACK, attempt_votes, urls, wait_until
 
 from hiredlock import Outcome, QuorumUnreachable
-from hiredlock._core.config import MasterSpec
+from hiredlock._core.masters import MasterSpec
 from hiredlock._engines import resolver as _resolver
 from hiredlock._engines.selection import engine_class
 

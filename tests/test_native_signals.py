@@ -22,7 +22,7 @@ import pytest
 from support import EXTRA_SLACK, FOREIGN, assert_no_key, assert_values, kb, values
 
 from hiredlock import HiredlockError, Outcome, QuorumUnreachable
-from hiredlock._core.config import parse_masters
+from hiredlock._core.masters import parse_masters
 from hiredlock._core.scripts import EXTEND, RELEASE
 from hiredlock._engines.selection import engine_class
 

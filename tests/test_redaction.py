@@ -15,7 +15,7 @@ import redis
 from test_cli_common import cli, env, processes_mentioning, start, stop
 
 from hiredlock import MasterSpec, QuorumUnreachable, Redlock
-from hiredlock._core import config as _config
+from hiredlock._core import redaction as _redaction
 
 SECRET = "Sekrit-42"
 
@@ -48,7 +48,7 @@ def assert_hidden(text: str, *secrets: str) -> None:
     ],
 )
 def test_the_redaction_rule(text, expected):
-    assert _config.redact(text) == expected
+    assert _redaction.redact(text) == expected
 
 
 # -- every error of a URL master ------------------------------------------------------------

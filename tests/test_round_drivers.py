@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from hiredlock._core.config import parse_masters
+from hiredlock._core.masters import parse_masters
 from hiredlock._core.scripts import EXTEND, RELEASE, Outcome
 from hiredlock._engines.python_engine import PythonEngine
 from hiredlock._engines.selection import engine_class

@@ -6,7 +6,6 @@ with Redlock(["redis://127.0.0.1:6379/0", ...]) as redlock:
         ...
 """
 
-from ._core.config import MasterSpec
 from ._core.errors import (
     AlreadyAcquired,
     EngineUnavailable,
@@ -19,6 +18,7 @@ from ._core.errors import (
     TooManyExtensions,
     Vote,
 )
+from ._core.masters import MasterSpec
 from ._core.scripts import MAX_TTL_MS, Outcome
 from ._engines.selection import available_backends
 from .fairlock import FairLock

@@ -1,5 +1,6 @@
-"""Lock: one named lock on a Redlock's masters, driven by the calling thread (see _core/lockbase.py
-for the algorithm it shares with hiredlock.aio.AsyncLock)."""
+"""Lock: one named lock on a Redlock's masters, driven by the calling thread (see
+_core/lock_steps.py and _core/lock_state.py for the algorithm it shares with
+hiredlock.aio.AsyncLock)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ import threading
 from typing import Any, Optional
 
 from ._core import fork as _fork
-from ._core.config import Duration
 from ._core.errors import HiredlockError, LockLost, LockNotAcquired, NotHeld
-from ._core.lockbase import LockBase, acquire_deadline
+from ._core.lock_steps import LockBase, acquire_deadline
 from ._core.tokens import new_token
+from ._core.validation import Duration
 from ._engines.blocking import run
 from ._sync.gate import ThreadGate
 

@@ -9,13 +9,15 @@ from collections.abc import Iterable
 from typing import Any, Callable, Optional, TypeVar
 
 from ._core import batches as _batches
-from ._core import config as _config
-from ._core import lockbase as _lockbase
+from ._core import lock_batches as _lock_batches
+from ._core import lock_state as _lock_state
+from ._core import lock_steps as _lock_steps
+from ._core import validation as _validation
 from ._core.batches import KeyState
 from ._core.client import ClientBase, NameOrFactory
-from ._core.config import Duration
 from ._core.errors import Vote
 from ._core.session import Session
+from ._core.validation import Duration
 from ._engines import selection as _selection
 from ._engines.blocking import run
 from ._engines.notices import ThreadNotices
@@ -100,7 +102,7 @@ class Redlock(ClientBase):
         wake:             woken by release notices while waiting (None: this Redlock's `wake`).
         fair:             a FairLock: blocking acquires are granted in the order they were made.
         """
-        fair = fair if fair is False else _config.flag(fair, "fair")
+        fair = fair if fair is False else _validation.flag(fair, "fair")
         return (FairLock if fair else Lock)(
             self,
             name,
@@ -125,14 +127,14 @@ class Redlock(ClientBase):
         _batches.check_names(names)
         self._session.timing(ttl)  # a bad ttl is refused even for an empty batch
         locks = [Lock(self, name, ttl) for name in names]
-        pin = _lockbase.share_pin(locks)
-        steps = _lockbase.acquire_many_steps(self._session, locks)
+        pin = _lock_state.share_pin(locks)
+        steps = _lock_batches.acquire_many_steps(self._session, locks)
         try:
             return run(steps, self._session.rounds, pin)
         except BaseException:
             # An interrupt once the steps were over (a signal handler runs as the driver
             # returns): the names they took are given back.
-            run(_lockbase.give_back_many_steps(locks), self._session.rounds, pin)
+            run(_lock_batches.give_back_many_steps(locks), self._session.rounds, pin)
             raise
 
     def release_many(self, locks: Iterable[Lock]) -> None:
@@ -142,8 +144,8 @@ class Redlock(ClientBase):
         all; the votes are the first one's); the others are released all the same.
         """
         batch = list(locks)
-        steps = _lockbase.release_many_steps(self._session, "Redlock", Lock, batch)
-        run(steps, self._session.rounds, _lockbase.pin_of(batch))
+        steps = _lock_batches.release_many_steps(self._session, "Redlock", Lock, batch)
+        run(steps, self._session.rounds, _lock_state.pin_of(batch))
 
     def semaphore(
         self, name: str | bytes, permits: int, ttl: Duration, **options: Any
@@ -242,11 +244,11 @@ class Redlock(ClientBase):
         # from here on unlocks what it won and raises): released first, then the acquires in
         # flight in other threads are let end (within a round or two).
         for lock in session.held_locks():
-            told = _lockbase.loss_told(lock)
+            told = _lock_steps.loss_told(lock)
             try:
                 run(lock._close_steps(), session.rounds, lock._pin)
             except Exception as exc:  # closing must not fail half-way
-                _lockbase.close_release_failed(lock, told, exc)
+                _lock_steps.close_release_failed(lock, told, exc)
         if not session.wait_settled(CLOSE_SETTLE_S):
             _log.warning("hiredlock: acquires under way after %g s of close()", CLOSE_SETTLE_S)
         session.rounds_closed = True

@@ -6,10 +6,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
-from ._core import config as _config
 from ._core import fork as _fork
-from ._core.config import Duration
+from ._core import validation as _validation
 from ._core.errors import NotHeld
+from ._core.validation import Duration
 from .lock import Lock, WithStatement
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ class RLock(WithStatement):
     def acquire(self, blocking: bool = True, timeout: Optional[Duration] = None) -> bool:
         """As Lock.acquire (blocking_timeout bounds it when timeout is None); returns True at once
         (counting) when this thread owns it already."""
-        _config.flag(blocking, "blocking")
+        _validation.flag(blocking, "blocking")
         self._this_process()
         me = threading.get_ident()
         if self._owner == me:
@@ -85,7 +85,7 @@ class RLock(WithStatement):
             raise ValueError("timeout cannot be given with blocking=False")
         if timeout is None and blocking:
             timeout = self._blocking_timeout
-        wait_s = None if timeout is None else _config.non_negative_seconds(timeout, "timeout")
+        wait_s = None if timeout is None else _validation.non_negative_seconds(timeout, "timeout")
         start = time.monotonic()
         if not self._gate.acquire(blocking, -1 if wait_s is None else wait_s):
             return False

@@ -1,5 +1,5 @@
 """Semaphore: at most `permits` holders of one name at a time, across every client of the
-masters; each permit is a Lock on a key of its own (see _lockbase.acquire_permit_steps)."""
+masters; each permit is a Lock on a key of its own (see _core/semaphores.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import logging
 import threading
 from typing import Any, Optional
 
-from ._core.config import Duration
 from ._core.errors import HiredlockError, LockNotAcquired
-from ._core.lockbase import PermitBase, give_back_steps
-from ._core.semaphores import SemaphoreBase
+from ._core.lock_steps import give_back_steps
+from ._core.semaphores import PermitBase, SemaphoreBase
+from ._core.validation import Duration
 from ._engines.blocking import run
 from .lock import Lock
 

@@ -1,14 +1,14 @@
 """The client-level steps, written once for Redlock and AsyncRedlock: the state of a name on every
 master, and the deletion of a fence counter (see _core/requests.py for how steps run). The batches
-of locks are in _core/lockbase.py, beside the lock whose state they change."""
+of locks are in _core/lock_batches.py."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Optional
 
-from . import config as _config
 from . import scripts as _scripts
+from . import validation as _validation
 from .errors import HiredlockError, QuorumUnreachable
 from .requests import Steps, script
 from .scripts import Outcome
@@ -40,7 +40,7 @@ def check_names(names: Any) -> None:
 def inspect_steps(session: Session, name: Any) -> Steps:
     """Every master's view of `name`: exists, PTTL, and whether it is ours, and the state of
     the read-write and fair locks of that name (KeyState each; two rounds)."""
-    key = _config.lock_name(name)
+    key = _validation.lock_name(name)
     token = session.token_held_for(key)
     timeout_ms = session.master_timeout_ms(_scripts.MAX_TTL_MS)
     result = (
@@ -92,7 +92,7 @@ def locked(session: Session, states: Sequence[KeyState]) -> bool:
 def delete_fence_counter_steps(session: Session, name: Any) -> Steps:
     """Deletes the fencing counter of `name` on every master; refused while this client holds
     the lock; QuorumUnreachable if fewer than a quorum answered."""
-    key = _config.lock_name(name)
+    key = _validation.lock_name(name)
     if session.token_held_for(key):
         raise HiredlockError(f"lock {name!r} is held by this Redlock: release it first")
     result = (

@@ -7,10 +7,11 @@ import functools
 from collections.abc import Iterable
 from typing import Any, Callable, Optional, Union
 
-from . import config as _config
 from . import scripts as _scripts
-from .config import Duration, MasterLike, MasterSpec
+from . import validation as _validation
+from .masters import MasterLike, MasterSpec
 from .session import Session
+from .validation import Duration
 
 NameOrFactory = Union[str, bytes, Callable[..., Union[str, bytes]]]
 
@@ -42,7 +43,7 @@ class ClientBase:
             engine_class=type(self)._engine_for(backend),
         )
         session.label = hex(id(self))
-        session.wake = _config.flag(wake, "wake")
+        session.wake = _validation.flag(wake, "wake")
         self.backend: str = session.backend
         session.rounds = self._rounds_for(session)
         session.notices = self._notices_for(session)

@@ -26,10 +26,10 @@ from typing import Any, Optional
 from .._engines.contract import RoundResult
 from . import judgement as _judgement
 from . import scripts as _scripts
-from .config import Duration
-from .lockbase import LockBase
+from .lock_steps import LockBase
 from .requests import Cleanup, Request, RunScript, Steps, script
 from .tokens import new_token
+from .validation import Duration
 
 _log = logging.getLogger("hiredlock")
 

@@ -24,9 +24,9 @@ from typing import Any, Callable, Optional
 from .._engines.contract import RoundResult
 from . import judgement as _judgement
 from . import scripts as _scripts
-from .config import Duration, lock_name
-from .lockbase import LockBase
+from .lock_steps import LockBase
 from .requests import Request, RunScript, script
+from .validation import Duration, lock_name
 
 # The readers' pass after a writer's release lasts the window, or this long once the first reader
 # went through it (the readers woken by the same release arrive within a round or two): two round

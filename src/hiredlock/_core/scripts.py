@@ -114,7 +114,7 @@ ACQUIRE_FIRST_FREE = _script(
     "end return 0"
 )
 
-# A semaphore's permit i is a lock on its own key (see _lockbase.acquire_permit_steps).
+# A semaphore's permit i is a lock on its own key (see semaphores.acquire_permit_steps).
 PERMIT_KEY_PREFIX = b"hiredlock:permit:"
 
 # A read-write lock's keys on each master (see _core/rwlocks.py): the writer's token (a string with

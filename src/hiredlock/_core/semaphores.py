@@ -1,17 +1,178 @@
-"""What Semaphore (blocking) and hiredlock.aio.AsyncSemaphore share: the options, the permits
-(locks on keys of their own, see _lockbase.acquire_permit_steps for how one is taken) and which
+"""What Semaphore (blocking) and hiredlock.aio.AsyncSemaphore share: the permits (locks on keys of
+their own, PermitBase), the steps that take one (acquire_permit_steps), the options, and which
 permits each owner (thread or task) took with `with`."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+import random
+import time
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from .config import Duration, lock_name, non_negative_int
-from .lockbase import acquire_permit_steps, share_pin
-from .requests import Steps
+from . import judgement as _judgement
+from . import scripts as _scripts
+from .errors import HiredlockError
+from .lock_state import share_pin
+from .lock_steps import (
+    LockBase,
+    acquire_deadline,
+    closed_while_acquiring,
+    counted_acquire,
+    unlock_keys,
+)
+from .requests import Pause, Steps, script
+from .session import Session
+from .tokens import new_token
+from .validation import Duration, lock_name, non_negative_int
+
+if TYPE_CHECKING:
+    from .client import ClientBase
+
+_RELEASE = _scripts.RELEASE
 
 # An attempt that finds every permit taken asks each master for all of them, a few per round.
 MAX_PERMITS = 1000
+
+
+class PermitBase(LockBase):
+    """Permit `index` of a semaphore: a lock on a key of its own, `hiredlock:permit:<i>:<name>`
+    (Permit and hiredlock.aio.AsyncPermit add the API)."""
+
+    __slots__ = ("_index", "_name_key")
+
+    def __init__(
+        self, client: ClientBase, name: str | bytes, index: int, ttl: Duration, **options: Any
+    ) -> None:
+        super().__init__(client, name, ttl, **options)
+        self._index = index
+        self._name_key = self._key  # (the name's own key: the permits' keys derive from it)
+        self._key = _scripts.permit_key(self._key, index)
+
+    @property
+    def index(self) -> int:
+        """Which of the semaphore's permits this is (0 .. permits - 1)."""
+        return self._index
+
+    def _wake_channel(self) -> bytes:
+        return _scripts.released_channel(self._name_key)  # (the semaphore's: see RELEASE)
+
+
+# How many permits one attempt asks each master for (the first free of them is taken): a few, in
+# a random order, so that acquirers running at the same time rarely meet on the same permit.
+PERMITS_PER_ROUND = 4
+
+
+def acquire_permit_steps(
+    session: Session,
+    name: object,
+    template: PermitBase,
+    live: dict,
+    make_permit: Callable[[int], PermitBase],
+    n_permits: int,
+    blocking: Any,
+    timeout: Optional[Duration],
+    blocking_timeout: Optional[float],
+    taken: Optional[list] = None,
+) -> Steps:
+    """One permit of a semaphore of `n_permits` (permit i a lock on a key of its own, so that
+    each has one holder at most, judged over a quorum as any lock is).
+
+    An attempt goes through the permits not held through this semaphore object (`live`: index ->
+    the permit handed out last) in a random order, a few per round: each master takes the first
+    of them that is free there and says which (_scripts.ACQUIRE_FIRST_FREE); the permit a quorum
+    took, in time, is ours (a new object from make_permit: a permit object is never handed to two
+    holders), and whatever else this round set is unlocked on every master. When every permit
+    was tried, or the masters failed, the attempt has failed and is retried as a lock's acquire
+    is (_judgement.Retrying). Returns (the permit, ()) or (None, the votes of the last round).
+    `taken` (a list) gets [permit, token] as soon as the permit is ours: a blocking caller gives
+    back exactly that one if an interrupt comes after the steps (give_back_steps).
+    """
+    deadline_ns = acquire_deadline(blocking, timeout, blocking_timeout)
+    attempts = _permit_attempts(
+        session, name, template, live, make_permit, n_permits, blocking, deadline_ns, taken
+    )
+    return (yield from counted_acquire(session, attempts))
+
+
+def _permit_attempts(
+    session: Session,
+    name: object,
+    template: PermitBase,
+    live: dict[int, PermitBase],
+    make_permit: Callable[[int], PermitBase],
+    n_permits: int,
+    blocking: Any,
+    deadline_ns: Optional[int],
+    taken: Optional[list[Any]],
+) -> Steps:
+    """The attempts of acquire_permit_steps."""
+    ttl_ms, timeout_ms, drift_ms = template._ttl_ms, template._timeout_ms, template._drift_ms
+    ttl_text = str(ttl_ms).encode()
+    retrying = None
+    notices = template._notices
+    channel = None if notices is None else template._wake_channel()
+    while True:
+        session.check_open()  # (closed during the pause: no more attempts)
+        seen = 0 if notices is None else notices.heard.get(channel, 0)
+        free = [i for i in range(n_permits) if not _held_through(live, i)]
+        random.shuffle(free)
+        codes: bytes = bytes(len(session.masters))  # (none free here: nothing was asked)
+        votes: tuple = ()
+        while free:
+            batch, free = free[:PERMITS_PER_ROUND], free[PERMITS_PER_ROUND:]
+            keys = [_scripts.permit_key(template._name_key, i) for i in batch]
+            token = new_token()
+            start = time.monotonic_ns()
+            request = script(
+                _scripts.ACQUIRE_FIRST_FREE,
+                len(keys),
+                ((*keys, token, ttl_text),),
+                timeout_ms,
+                wait_all=False,
+                want_values=True,
+                honour_backoff=True,
+            )
+            try:
+                result = (yield request)[0]
+            except BaseException:
+                yield from unlock_keys(name, [(key, token) for key in keys], timeout_ms)
+                raise
+            codes, elapsed_ns, positions = result[0], result[1], result[3]
+            won, won_codes = _judgement.first_free_taken(
+                codes, positions, elapsed_ns, ttl_ms, drift_ms, session.quorum
+            )
+            stray = _judgement.first_free_strays(codes, positions, len(keys), won)
+            pairs = [(keys[position - 1], token) for position in stray]
+            if pairs:
+                try:
+                    yield script(_RELEASE, 1, pairs, timeout_ms, True, honour_backoff=True)
+                except BaseException:
+                    yield from unlock_keys(name, [(key, token) for key in keys], timeout_ms)
+                    raise
+            if won:
+                permit = make_permit(batch[won - 1])
+                if not permit._took(token, start, None):
+                    yield from unlock_keys(name, [(permit.key, token)], timeout_ms)
+                    raise HiredlockError(closed_while_acquiring(name))
+                live[permit._index] = permit
+                if taken is not None:
+                    taken[:] = [permit, token]
+                return permit, ()
+            votes = session.votes((won_codes, elapsed_ns, result[2], None))
+            if _judgement.quorum_unreachable(codes, session.quorum):
+                break  # (the other permits would meet the same masters)
+        if retrying is None:
+            retrying = _judgement.Retrying(name, session.quorum, session, blocking, deadline_ns)
+        delay = retrying.after_failure(codes, votes)
+        if delay is None:
+            return None, votes
+        yield Pause(delay, notices, channel, 0.0, seen, session.closing)
+
+
+def _held_through(live: dict, index: int) -> bool:
+    """Whether the permit last handed out for `index` is still held (its holder may be any
+    thread or task sharing the semaphore object)."""
+    permit = live.get(index)
+    return permit is not None and permit.held
 
 
 class SemaphoreBase:

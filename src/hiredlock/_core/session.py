@@ -12,13 +12,15 @@ from collections.abc import Iterable
 from typing import Any, Callable, Optional
 
 from .._engines.contract import RoundResult
-from . import config as _config
 from . import fork as _fork
 from . import judgement as _judgement
+from . import masters as _masters
 from . import scripts as _scripts
-from .config import Duration, MasterLike, MasterSpec
+from . import validation as _validation
 from .errors import HiredlockError, Vote
+from .masters import MasterLike, MasterSpec
 from .scripts import Outcome
+from .validation import Duration
 
 Timing = tuple[int, float, float]  # ttl in ms, per-master timeout in ms, drift in ms
 
@@ -44,18 +46,18 @@ class Session:
     ) -> None:
         self.engine_class: Any = engine_class  # the owner's choice (hiredlock._engines.selection)
         self.backend: str = self.engine_class.name
-        self.masters: tuple[MasterSpec, ...] = _config.parse_masters(masters)
+        self.masters: tuple[MasterSpec, ...] = _masters.parse_masters(masters)
         self.master_names = tuple(str(spec) for spec in self.masters)
         self.quorum = _scripts.quorum(len(self.masters))
-        self.retry_count = _config.non_negative_int(retry_count, "retry_count")
+        self.retry_count = _validation.non_negative_int(retry_count, "retry_count")
         if self.retry_count < 1:
             raise ValueError("retry_count must be at least 1 (it counts attempts), got 0")
-        self.retry_delay = _config.non_negative_seconds(retry_delay, "retry_delay")
-        self.drift_factor = _config.drift_factor(drift_factor)
+        self.retry_delay = _validation.non_negative_seconds(retry_delay, "retry_delay")
+        self.drift_factor = _validation.drift_factor(drift_factor)
         self.fixed_timeout_ms = (
             None
             if master_timeout is None
-            else _config.positive_duration_ms(master_timeout, "master_timeout")
+            else _validation.positive_duration_ms(master_timeout, "master_timeout")
         )
         self.label = hex(id(self))  # names the watchdog thread; the owner may set its own
         self.rounds: Any = None  # set by the owner: an engine pool, or the asyncio rounds
@@ -97,7 +99,7 @@ class Session:
             return self._timings[cache_key]
         except (KeyError, TypeError):  # TypeError: not hashable, validated below
             pass
-        ttl_ms = _config.ttl_ms(ttl, "ttl")
+        ttl_ms = _validation.ttl_ms(ttl, "ttl")
         timeout_ms = self.master_timeout_ms(ttl_ms)
         drift = _judgement.drift_ms(ttl_ms, self.drift_factor)
         if _judgement.validity_ms(ttl_ms, timeout_ms, self.drift_factor) <= 0:

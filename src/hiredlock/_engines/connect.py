@@ -10,7 +10,7 @@ import os
 import socket
 from typing import Any, Optional
 
-from .._core.config import MasterSpec
+from .._core.masters import MasterSpec
 from . import resolver as _resolver
 from .resp import pack_auth, pack_command
 

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any, Callable, Optional
 
 from .._core import fork as _fork
-from .._core.config import MasterSpec
+from .._core.masters import MasterSpec
 from . import resolver as _resolver
 from .connect import direct_address, login_commands, place_of, start_connect
 from .master_policy import Backoff

@@ -1,5 +1,5 @@
 """AsyncLock and AsyncRLock: hiredlock's locks for asyncio (the algorithm is
-_core/lockbase.py's)."""
+_core/lock_steps.py's)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
-from .._core import config as _config
-from .._core.config import Duration
+from .._core import validation as _validation
 from .._core.errors import HiredlockError, LockNotAcquired, NotHeld
-from .._core.lockbase import LockBase, acquire_deadline
+from .._core.lock_steps import LockBase, acquire_deadline
+from .._core.validation import Duration
 from ._gate import TaskGate
 
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ class AsyncRLock(AsyncWithStatement):
 
     async def acquire(self, blocking: bool = True, timeout: Optional[Duration] = None) -> bool:
         """As AsyncLock.acquire; True at once (counting) when this task owns it already."""
-        _config.flag(blocking, "blocking")
+        _validation.flag(blocking, "blocking")
         me = asyncio.current_task()
         if self._owner is me and me is not None:
             self._count += 1
@@ -182,7 +182,7 @@ class AsyncRLock(AsyncWithStatement):
             raise ValueError("timeout cannot be given with blocking=False")
         if timeout is None and blocking:
             timeout = self._blocking_timeout
-        wait_s = None if timeout is None else _config.non_negative_seconds(timeout, "timeout")
+        wait_s = None if timeout is None else _validation.non_negative_seconds(timeout, "timeout")
         start = time.monotonic()
         gate = self._gate
         if not gate.try_enter():

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Optional
 
-from .._core.config import MasterSpec
+from .._core.masters import MasterSpec
 from .._engines.notices import NoticeBoard, Subscriber
 from .._engines.poller import POLLOUT
 

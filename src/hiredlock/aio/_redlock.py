@@ -9,13 +9,14 @@ from collections.abc import Iterable
 from typing import Any, Callable, Optional, TypeVar
 
 from .._core import batches as _batches
-from .._core import config as _config
-from .._core import lockbase as _lockbase
+from .._core import lock_batches as _lock_batches
+from .._core import lock_steps as _lock_steps
+from .._core import validation as _validation
 from .._core.batches import KeyState
 from .._core.client import ClientBase, NameOrFactory
-from .._core.config import Duration
 from .._core.errors import Vote
 from .._core.session import Session
+from .._core.validation import Duration
 from .._engines import selection as _selection
 from ._fairlock import AsyncFairLock
 from ._lock import AsyncLock, AsyncRLock
@@ -62,7 +63,7 @@ class AsyncRedlock(ClientBase):
         """As Redlock.lock(); auto_renew renews from a task of this loop, and on_lost may be a
         plain function (run in the loop: it must not block) or a coroutine function (run as a
         task of its own)."""
-        fair = fair if fair is False else _config.flag(fair, "fair")
+        fair = fair if fair is False else _validation.flag(fair, "fair")
         return (AsyncFairLock if fair else AsyncLock)(
             self,
             name,
@@ -97,11 +98,13 @@ class AsyncRedlock(ClientBase):
         _batches.check_names(names)
         self._session.timing(ttl)  # a bad ttl is refused even for an empty batch
         locks = [AsyncLock(self, name, ttl) for name in names]
-        return await self._rounds.run(_lockbase.acquire_many_steps(self._session, locks))
+        return await self._rounds.run(_lock_batches.acquire_many_steps(self._session, locks))
 
     async def release_many(self, locks: Iterable[AsyncLock]) -> None:
         """As Redlock.release_many: every lock in one round trip per master."""
-        steps = _lockbase.release_many_steps(self._session, "AsyncRedlock", AsyncLock, list(locks))
+        steps = _lock_batches.release_many_steps(
+            self._session, "AsyncRedlock", AsyncLock, list(locks)
+        )
         await self._rounds.run(steps)
 
     async def connect(self) -> tuple[Vote, ...]:
@@ -165,12 +168,12 @@ class AsyncRedlock(ClientBase):
         # from here on unlocks what it won and raises): released first, then the acquires in
         # flight are let end (within a round or two).
         held = session.held_locks()
-        told = [_lockbase.loss_told(lock) for lock in held]
+        told = [_lock_steps.loss_told(lock) for lock in held]
         for lock, was_told, outcome in zip(
             held, told, await _gather_settled(rounds.run(lock._close_steps()) for lock in held)
         ):
             if isinstance(outcome, Exception):
-                _lockbase.close_release_failed(lock, was_told, outcome)
+                _lock_steps.close_release_failed(lock, was_told, outcome)
         settled: asyncio.Future[None] = rounds.loop().create_future()
 
         def on_settled() -> None:

@@ -1,4 +1,4 @@
-"""AsyncSemaphore: the Semaphore of hiredlock.aio (the algorithm is _core/lockbase.py's)."""
+"""AsyncSemaphore: the Semaphore of hiredlock.aio (the algorithm is _core/semaphores.py's)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ import asyncio
 import logging
 from typing import Any, Optional
 
-from .._core.config import Duration
 from .._core.errors import HiredlockError, LockNotAcquired
-from .._core.lockbase import PermitBase
-from .._core.semaphores import SemaphoreBase
+from .._core.semaphores import PermitBase, SemaphoreBase
+from .._core.validation import Duration
 from ._lock import AsyncLock
 
 _log = logging.getLogger("hiredlock")

@@ -35,7 +35,7 @@ def master_urls(option_values: Optional[Sequence[str]]) -> tuple[list[str], str]
         for url in chunk.split(","):
             url = url.strip()
             if not url:
-                from hiredlock._core.config import redact
+                from hiredlock._core.redaction import redact
 
                 listed = ",".join(redact(part) for part in chunk.split(","))
                 raise CliError(f"{source}: empty URL in {listed!r} (URLs are comma-separated)")

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 def say(message: str) -> None:
     """One line on stderr, as the command reports errors and warnings. Passwords are redacted:
     a message may quote what the user gave (a URL, an unrecognised argument)."""
-    from hiredlock._core.config import redact
+    from hiredlock._core.redaction import redact
 
     print(f"hiredlock: {redact(message)}", file=sys.stderr, flush=True)
 

@@ -141,8 +141,8 @@ def _read(spec: Any, name: str) -> Read:
     """The value of `name` (a short form) and the permits of the semaphore `name` held on one
     master; None for what cannot be read (also on TLS and Sentinel-managed masters, which these
     plain redis-py reads do not reach)."""
-    from hiredlock._core import config as _config
     from hiredlock._core import scripts as _scripts
+    from hiredlock._core import validation as _validation
     from hiredlock._core.semaphores import MAX_PERMITS
 
     redis = need_redis(USAGE)
@@ -159,7 +159,7 @@ def _read(spec: Any, name: str) -> Read:
         socket_timeout=TIMEOUT,
         socket_connect_timeout=TIMEOUT,
     )
-    key = _config.lock_name(name)
+    key = _validation.lock_name(name)
     try:
         try:
             value = client.get(key)

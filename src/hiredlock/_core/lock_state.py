@@ -1,0 +1,489 @@
+"""One named lock's state, and its judgement of the rounds its steps ran (_core/lock_steps.py has
+the steps themselves), written once for Lock (blocking) and AsyncLock (asyncio).
+
+LockState holds what a lock is (its name, ttl, options, token, validity, fence, lost flag), the
+requests of its kind (read and write locks, fair locks and permits say otherwise), and what a
+round's result does to it: taken, refused, let go, released, lost. The API classes add only how
+the steps are driven and how they wait, what "the owner" is (a thread or a task), and the kind of
+the `lost` event.
+
+State changes happen under a short mutex, never held across a round: the owner and the renewal
+(a watchdog thread, or a task) may act at the same time, and every judgement checks that the
+acquisition it was made for is still the current one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from .._engines.contract import RoundResult
+from . import fork as _fork
+from . import judgement as _judgement
+from . import scripts as _scripts
+from . import validation as _validation
+from .errors import (
+    LockLost,
+    NotHeld,
+)
+from .requests import Request, RunScript, SetNx, script
+from .validation import Duration
+
+if TYPE_CHECKING:
+    from .client import ClientBase
+
+_new = tuple.__new__  # a NamedTuple request from its fields, in C (see _acquire_request)
+
+_OK = int(_scripts.Outcome.OK)
+_RELEASE = _scripts.RELEASE
+_EXTEND = _scripts.EXTEND
+_RELEASE_SHA = _RELEASE.sha
+_RELEASE_SOURCE = _RELEASE.source
+
+_log = logging.getLogger("hiredlock")
+
+
+class LockState:
+    """The state of one lock and its judgement of rounds (LockBase, in _core/lock_steps.py, adds
+    the steps; see Lock and hiredlock.aio.AsyncLock for the API).
+
+    Made by a client's lock() (a Redlock's or an AsyncRedlock's), with its options; no I/O
+    happens here.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_acquired_at_ns",
+        "_acquisition",
+        "_auto_renew",
+        "_blocking_timeout",
+        "_channel",
+        "_drift_ms",
+        "_extensions",
+        "_fence",
+        "_fencing",
+        "_gate",
+        "_generation",
+        "_key",
+        "_last_codes",
+        "_last_votes",
+        "_lost",
+        "_lost_event",
+        "_max_extensions",
+        "_max_hold_ns",
+        "_mutex",
+        "_name",
+        "_notices",
+        "_on_lost",
+        "_owner",
+        "_pin",
+        "_registry_ref",
+        "_released_by_close",
+        "_rounds",
+        "_session",
+        "_timeout_ms",
+        "_token",
+        "_ttl_ms",
+        "_unlocked_token",
+        "_valid_until_ns",
+    )
+
+    _kind = "Lock"
+
+    def __init__(
+        self,
+        client: ClientBase,
+        name: str | bytes,
+        ttl: Duration,
+        *,
+        blocking_timeout: Optional[Duration] = None,
+        auto_renew: bool = False,
+        max_hold: Optional[Duration] = None,
+        on_lost: Optional[Callable[..., Any]] = None,
+        max_extensions: Optional[int] = None,
+        fencing: bool = False,
+        wake: Optional[bool] = None,
+    ) -> None:
+        self._session = session = client.session
+        self._rounds = session.rounds
+        self._key = _validation.lock_name(name)
+        self._name = name
+        self._ttl_ms, self._timeout_ms, self._drift_ms = session.timing(ttl)
+        self._blocking_timeout = (
+            None
+            if blocking_timeout is None
+            else _validation.non_negative_seconds(blocking_timeout, "blocking_timeout")
+        )
+        # (bools are taken as they are: acquire_many makes a lock per name)
+        self._auto_renew = (
+            auto_renew if auto_renew is False else _validation.flag(auto_renew, "auto_renew")
+        )
+        self._max_hold_ns: Optional[int] = None
+        if max_hold is not None:
+            if not self._auto_renew:
+                raise ValueError("max_hold bounds auto-renewal: it needs auto_renew=True")
+            self._max_hold_ns = int(_validation.positive_duration_ms(max_hold, "max_hold") * 1e6)
+        if on_lost is not None and not callable(on_lost):
+            raise TypeError(f"on_lost must be callable, not {type(on_lost).__name__}")
+        self._on_lost = on_lost
+        self._max_extensions = (
+            None
+            if max_extensions is None
+            else _validation.non_negative_int(max_extensions, "max_extensions")
+        )
+        self._fencing = fencing if fencing is False else _validation.flag(fencing, "fencing")
+        # what wakes this lock's waits on a release (None: only the retry timer)
+        woken = session.wake if wake is None else _validation.flag(wake, "wake")
+        self._notices = session.notices if woken else None
+        self._channel: Optional[bytes] = None  # _wake_channel(), made on first use
+        self._mutex = threading.Lock()
+        # held by the thread or task of this process that holds the lock object (see _sync/gate.py),
+        # from its acquire() until the token is let go
+        self._gate = self._new_gate()
+        self._generation = _fork.generation  # the process (see _fork) this state belongs to
+        self._token: Optional[bytes] = None
+        self._unlocked_token: Optional[bytes] = None  # the last token unlocked after an interrupt
+        self._valid_until_ns = 0
+        self._acquired_at_ns = 0
+        self._acquisition = 0  # bumped by every acquire and release: stale renewals see it
+        self._owner: Any = None
+        self._lost = False
+        self._fence: Optional[int] = None
+        self._extensions = 0
+        self._last_votes: tuple = ()
+        self._last_codes: Optional[bytes] = None  # per-master outcomes of the last failed attempt
+        self._lost_event: Any = None  # made on first use: see `lost`
+        self._registry_ref: Any = None  # this lock's entry in the session's registry, made once
+        self._released_by_close = False  # close() let this acquisition go (see _close_steps)
+        # The engine this lock's next rounds must use, when its last one left commands behind on
+        # a master (see _engines/blocking.py, run_python): a one-item list, shared by a batch's
+        # locks.
+        self._pin: list = [None]
+
+    # -- the rounds of this kind of lock (read and write locks say otherwise) -------------------
+
+    def _acquire_request(self, token: bytes) -> Request:
+        # (made as tuple.__new__ does: half of every lock cycle, without a Python-level call)
+        return _new(SetNx, ((self._key,), (token,), self._ttl_ms, self._timeout_ms))
+
+    def _release_request(self, token: bytes) -> Request:
+        # (script(_RELEASE, ...) spelled out: this is half of every lock cycle)
+        argvs = ((self._key, token),)
+        timeout_ms = self._timeout_ms
+        return _new(
+            RunScript, (_RELEASE_SHA, _RELEASE_SOURCE, 1, argvs, timeout_ms, True, False, False)
+        )
+
+    def _unlock_request(self, token: bytes, kind: type, expiry: bool = False) -> Request:
+        """The unlock after an attempt that failed (kind RunScript: best effort, see the engine
+        contract's honour_backoff) or that an exception interrupted (Cleanup). expiry: its
+        replies also say when the holder's keys expire (see _free_in)."""
+        argvs = ((self._key, token),)
+        if expiry:
+            return script(
+                _scripts.RELEASE_AFTER_FAILURE,
+                1,
+                argvs,
+                self._timeout_ms,
+                True,
+                want_values=True,
+                honour_backoff=True,
+            )
+        return script(
+            _RELEASE, 1, argvs, self._timeout_ms, True, honour_backoff=kind is RunScript, kind=kind
+        )
+
+    def _free_in(self, unlocked: RoundResult) -> Optional[float]:
+        """In how many ms the name frees itself, from an unlock made with expiry=True."""
+        return _judgement.free_in_ms(unlocked[0], unlocked[3], self._session.quorum)
+
+    def _extend_request(self, token: bytes, ttl_ms: int, timeout_ms: float) -> Request:
+        return script(_EXTEND, 1, ((self._key, token, str(ttl_ms).encode()),), timeout_ms, True)
+
+    def _wake_channel(self) -> bytes:
+        """Where this lock's release is announced (see _engines/notices.py)."""
+        return _scripts.released_channel(self._key)
+
+    # -- what the API classes provide ------------------------------------------------------------
+
+    def _new_lost_event(self) -> Any:
+        raise NotImplementedError
+
+    def _new_gate(self) -> Any:
+        """The local gate: a ThreadGate or an asyncio TaskGate."""
+        raise NotImplementedError
+
+    def _current_owner(self) -> Any:
+        """The thread or task acquiring: renewal stops once it has ended."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _owner_ended(owner: Any) -> bool:
+        raise NotImplementedError
+
+    def _start_renewal(self, acquisition: int, due_ns: int) -> bool:
+        """Schedules the first renewal; False when none can run."""
+        raise NotImplementedError
+
+    def _after_on_lost(self, outcome: Any) -> None:
+        """What on_lost returned (an asyncio lock awaits a coroutine's)."""
+
+    def _call_on_lost_soon(self) -> None:
+        """Calls on_lost for a loss a renewal found, where it cannot delay other renewals."""
+        self._call_on_lost()
+
+    # -- state ---------------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str | bytes:
+        return self._name
+
+    @property
+    def key(self) -> bytes:
+        return self._key
+
+    @property
+    def ttl(self) -> float:
+        """The ttl in seconds (as sent: whole milliseconds)."""
+        return self._ttl_ms / 1000.0
+
+    @property
+    def token(self) -> Optional[str]:
+        """This holder's random token (40 hex characters) while acquired, else None."""
+        token = self._token
+        if token is None or self._generation != _fork.generation:
+            return None
+        return token.decode()
+
+    @property
+    def lost(self) -> Any:
+        """Set when the lock is found lost while held (a failed renewal or extend)."""
+        self._this_process()
+        event = self._lost_event
+        if event is None:
+            with self._mutex:  # one Event, even when the renewal asks at the same time
+                if self._lost_event is None:
+                    self._lost_event = self._new_lost_event()
+                event = self._lost_event
+        return event
+
+    @property
+    def fence(self) -> Optional[int]:
+        """With fencing=True: a number larger than every earlier holder's, while held."""
+        return self._fence if self._generation == _fork.generation else None
+
+    @property
+    def validity(self) -> float:
+        """Seconds the lock is still guaranteed to be ours (0.0 when not held or lost)."""
+        if self._token is None or self._lost or self._generation != _fork.generation:
+            return 0.0
+        return max(0.0, (self._valid_until_ns - time.monotonic_ns()) / 1e9)
+
+    @property
+    def held(self) -> bool:
+        """Acquired, not released, not lost, and still valid (a local view: no I/O)."""
+        return self.validity > 0.0
+
+    @property
+    def extensions(self) -> int:
+        """How many times extend() succeeded since the last acquire. Auto-renewals are not
+        counted, here or anywhere else (max_extensions does not cap them; max_hold does)."""
+        return self._extensions
+
+    @property
+    def last_votes(self) -> tuple:
+        """The masters' votes in this lock's last failed round."""
+        return self._last_votes
+
+    @property
+    def blocking_timeout(self) -> Optional[float]:
+        return self._blocking_timeout
+
+    # -- fork ----------------------------------------------------------------------------------
+
+    def _held_by_parent(self) -> bool:
+        """True in a forked child for a lock its parent held at the fork (and forgets it here)."""
+        if self._generation == _fork.generation:
+            return False
+        held = self._token is not None
+        self._this_process()
+        return held
+
+    def _this_process(self) -> None:
+        """In a forked child, the first touch forgets what the parent held: the lock is the
+        parent's, and nothing the child does may send anything for it. The mutex is new: a parent
+        thread (the watchdog, say) may have held it at the fork, and it would never be let go."""
+        if self._generation == _fork.generation:
+            return
+        self._mutex = threading.Lock()
+        self._gate = self._new_gate()
+        self._lost_event = None
+        self._token = None
+        self._lost = False
+        self._fence = None
+        self._valid_until_ns = 0
+        self._acquisition += 1
+        self._registry_ref = None
+        self._pin = [None]  # the parent's engine: its connections are not the child's
+        self._generation = _fork.generation
+
+    # -- acquire -------------------------------------------------------------------------------
+
+    def _forget_expired(self) -> None:
+        """A lock whose validity ran out (or that was lost) is let go locally before a new
+        acquire: its keys expire with their ttl, and its renewals stop."""
+        with self._mutex:
+            self._token = None
+            self._lost = False
+            self._fence = None
+            self._valid_until_ns = 0
+            self._acquisition += 1
+        self._session.held.pop(id(self), None)
+
+    # -- the local gate: one thread or task of this process holds the object at a time ---------
+
+    def _try_gate(self) -> Optional[bool]:
+        """An acquire's first step, in the API class: True when the gate is ours now; None when
+        the caller holds it already (the steps then raise AlreadyAcquired, or take a lock that
+        expired again); False when another thread or task holds it (wait, or give up)."""
+        if self._generation != _fork.generation:
+            self._this_process()
+        gate = self._gate
+        if gate.try_enter():
+            return True
+        return None if gate.mine() else False
+
+    def _leave_gate_unless_held(self) -> None:
+        """After an acquire that ended without the lock (or was interrupted anywhere): the
+        caller's gate goes to the next waiter."""
+        if self._token is None and self._gate.mine():
+            self._gate.leave()
+
+    def _refusal(self, result: RoundResult, elapsed_ns: int) -> Optional[RoundResult]:
+        """None when `result` is a valid quorum (elapsed counted from the first round's start)."""
+        if _judgement.won(
+            result[0], elapsed_ns, self._ttl_ms, self._drift_ms, self._session.quorum
+        ):
+            return None
+        return result
+
+    def _took(self, token: bytes, start: int, fence: Optional[int]) -> bool:
+        """The lock is ours from `start` (before the first write of the winning round); False,
+        and nothing taken, when the client was closed meanwhile (the caller unlocks: close()
+        releases only the locks it finds held)."""
+        session = self._session
+        ref = self._registry_ref
+        if ref is None:
+            ref = self._registry_ref = session.registry_entry(self)
+        with session.mutex:
+            if session.closed:
+                return False
+            with self._mutex:
+                self._token = token
+                self._lost = False
+                if self._lost_event is not None:
+                    self._lost_event.clear()
+                self._fence = fence
+                self._extensions = 0
+                self._valid_until_ns = start + int((self._ttl_ms - self._drift_ms) * 1_000_000)
+                self._acquired_at_ns = start
+                # renewal stops once the owner (thread or task) has ended
+                self._owner = self._current_owner() if self._auto_renew else None
+                self._acquisition += 1
+                self._released_by_close = False
+                acquisition = self._acquisition
+            session.held[id(self)] = ref
+        self._last_votes = ()
+        self._last_codes = None
+        if self._auto_renew and not self._start_renewal(
+            acquisition, start + self._renew_interval_ns()
+        ):
+            self._mark_lost(acquisition, "renewal cannot run: the client is closed")
+        return True
+
+    def _refused(self, failed: RoundResult) -> None:
+        """Keeps the votes of a failed attempt (whoever made it has unlocked every master)."""
+        self._last_votes = self._session.votes(failed)
+        self._last_codes = failed[0]
+
+    def _let_go(self) -> tuple[bytes, bool]:
+        """Forgets the token (no renewal follows); returns it and whether the lock was lost."""
+        if self._generation != _fork.generation:
+            self._this_process()
+        with self._mutex:
+            token = self._token
+            if token is None:
+                raise NotHeld(f"lock {self._name!r} is not held by this {self._kind} object")
+            lost = self._lost
+            self._token = None
+            self._lost = False
+            self._fence = None
+            self._valid_until_ns = 0
+            self._acquisition += 1  # renewals of this acquisition are dropped
+        self._session.held.pop(id(self), None)
+        gate = self._gate
+        if gate.held:
+            gate.leave()
+        return token, lost
+
+    def _released(self, result: RoundResult, lost: bool) -> Optional[LockLost]:
+        """The error for a release round's result, or None when a quorum released."""
+        if not lost and result[0].count(_OK) >= self._session.quorum:
+            return None
+        self._last_votes = self._session.votes(result)
+        return LockLost(
+            f"lock {self._name!r} was no longer held by a quorum when released", self._last_votes
+        )
+
+    def _mark_lost(self, acquisition: int, why: Optional[str], renewal: bool = False) -> bool:
+        """Marks this acquisition lost (if it is still the current one) and tells the owner:
+        `lost` is set first, then on_lost runs (here, or where it cannot delay other renewals
+        when a renewal found the loss); False when it is not the current one any more."""
+        with self._mutex:
+            if acquisition != self._acquisition or self._token is None:
+                return False
+            self._lost = True
+        if why is not None:
+            _log.warning("hiredlock: lost %r: %s", self._name, why)
+        self.lost.set()
+        if self._on_lost is not None:
+            if renewal:
+                self._call_on_lost_soon()
+            else:
+                self._call_on_lost()
+        return True
+
+    def _call_on_lost(self) -> None:
+        if self._on_lost is None:
+            return
+        try:
+            outcome = self._on_lost(self)
+        except Exception:
+            _log.exception("hiredlock: the on_lost callback of %r raised", self._name)
+            return
+        self._after_on_lost(outcome)
+
+    def _renew_interval_ns(self) -> int:
+        return self._ttl_ms * 1_000_000 // 3
+
+    def __repr__(self) -> str:
+        state = "held" if self.held else ("lost" if self._lost else "unlocked")
+        return f"<hiredlock.{self._kind} {self._name!r} ttl={self.ttl:g}s {state}>"
+
+
+def share_pin(locks: Sequence[LockState], pin: Optional[list] = None) -> list:
+    """One pin (see LockState._pin) for the locks of a batch, which go out together (or for a
+    semaphore's permits: `pin`, the semaphore's own)."""
+    if pin is None:
+        pin = [None]
+    for lock in locks:
+        lock._pin = pin
+    return pin
+
+
+def pin_of(locks: Sequence[Any]) -> Optional[list]:
+    """The pin a batch of locks goes out with: the first one's."""
+    return locks[0]._pin if locks and isinstance(locks[0], LockState) else None

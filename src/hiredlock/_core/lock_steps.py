@@ -1,0 +1,366 @@
+"""One named lock's steps, written once for Lock (blocking) and AsyncLock (asyncio): acquire (its
+attempts, retries, fencing, the unlock after a failure or an interrupt), release, extend and the
+renewal. They are generators that yield the rounds to run (see _core/requests.py) and leave the
+judgement of each round's result to the lock's state (_core/lock_state.py).
+
+An extend never creates a key, so a renewal whose round crosses a release can never bring the lock
+back.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Optional
+
+from . import fork as _fork
+from . import judgement as _judgement
+from . import scripts as _scripts
+from . import validation as _validation
+from .errors import (
+    AlreadyAcquired,
+    HiredlockError,
+    LockLost,
+    NotHeld,
+    TooManyExtensions,
+)
+from .lock_state import LockState
+from .requests import Cleanup, Pause, RunScript, Steps, script
+from .session import Session, Timing
+from .tokens import new_token
+from .validation import Duration
+
+_OK = int(_scripts.Outcome.OK)
+_RELEASE = _scripts.RELEASE
+_EXTEND = _scripts.EXTEND
+_RELEASE_SHA = _RELEASE.sha
+_RELEASE_SOURCE = _RELEASE.source
+
+_log = logging.getLogger("hiredlock")
+
+
+class LockBase(LockState):
+    """The steps of one lock, on its state (see Lock and hiredlock.aio.AsyncLock for the API).
+
+    Made by a client's lock() (a Redlock's or an AsyncRedlock's), with its options; no I/O
+    happens here.
+    """
+
+    __slots__ = ()
+
+    def _acquire_steps(self, blocking: Any, deadline_ns: Optional[int]) -> Steps:
+        """Attempts until acquired (True), given up (False) or refused (an exception), until
+        `deadline_ns` (see acquire_deadline, which checks the arguments before any I/O); counted
+        as under way for the client's close() (see Session.begin_acquire)."""
+        return (yield from counted_acquire(self._session, self._attempts(blocking, deadline_ns)))
+
+    def _attempts(self, blocking: Any, deadline_ns: Optional[int]) -> Steps:
+        """The attempts of _acquire_steps.
+
+        This lock's state is checked first, before any request.
+
+        An attempt that fails unlocks every master. An exception in the middle of one (Ctrl-C,
+        a signal handler's exception, a cancelled task, an engine error, the client closed as
+        it won) must not leave our token on the masters for the whole ttl: the unlock is sent
+        first, then it propagates.
+        """
+        if self._generation != _fork.generation:
+            self._this_process()
+        if self._token is not None:
+            if self.validity > 0.0:
+                raise AlreadyAcquired(
+                    f"lock {self._name!r} is already acquired by this {self._kind} object"
+                )
+            self._forget_expired()
+        retrying = None
+        notices = self._notices
+        if notices is not None:
+            channel = self._channel
+            if channel is None:
+                channel = self._channel = self._wake_channel()
+            splits = 0  # attempts in a row that split the masters with rivals
+        session = self._session
+        while True:
+            session.check_open()  # (closed during the pause: no more attempts)
+            # (the notices heard before this attempt: one that comes before the pause begins
+            # ends the pause at once)
+            seen = 0 if notices is None else notices.heard.get(channel, 0)
+            token = new_token()
+            start = time.monotonic_ns()
+            try:
+                if self._fencing:
+                    failed, fence = yield from self._fenced_rounds(token, start)
+                else:
+                    result = (yield self._acquire_request(token))[0]
+                    failed = self._refusal(result, result[1])
+                    fence = None
+                if failed is None:
+                    if not self._took(token, start, fence):
+                        raise HiredlockError(closed_while_acquiring(self._name))
+                    return True
+            except BaseException:
+                yield from self._unlock_steps(token)
+                raise
+            # (with notices: and learn when the holder's keys expire)
+            try:
+                unlocked = (yield self._unlock_request(token, RunScript, notices is not None))[0]
+            except BaseException:
+                # interrupted before it went out, or while it ran: it goes out again, as a
+                # clean-up, whatever happens to the caller
+                yield from self._unlock_steps(token)
+                raise
+            self._refused(failed)
+            if retrying is None:
+                retrying = _judgement.Retrying(
+                    self._name, session.quorum, session, blocking, deadline_ns
+                )
+            delay = retrying.after_failure(self._last_codes, self._last_votes)
+            if delay is None:
+                return False
+            if notices is None:
+                yield Pause(delay, None, None, 0.0, 0, session.closing)
+            else:
+                delay = _judgement.wake_delay(delay, self._free_in(unlocked))
+                splits = splits + 1 if _judgement.split_with_rivals(failed[0]) else 0
+                settle = _judgement.settle_after_notice(failed[1], splits, session.retry_delay)
+                yield Pause(delay, notices, channel, settle, seen, session.closing)
+
+    def _fenced_rounds(self, token: bytes, start: int) -> Steps:
+        """Acquire with a fence: (the failed round or None, the fence).
+
+        Round 1 takes the lock and bumps the name's counter where it was taken; the fence is the
+        largest counter of that quorum. Round 2 raises the counter on every master to the fence,
+        so that every later quorum meets a master already past it: fences only ever grow.
+        """
+        fence_key = _scripts.fence_key(self._key)
+        ttl = str(self._ttl_ms).encode()
+        first = (
+            yield script(
+                _scripts.ACQUIRE_FENCED,
+                2,
+                ((self._key, fence_key, token, ttl),),
+                self._timeout_ms,
+                wait_all=False,
+                want_values=True,
+                honour_backoff=True,
+            )
+        )[0]
+        if self._refusal(first, first[1]) is not None:
+            return first, None
+        fence = max(value for code, value in zip(first[0], first[3]) if code == _OK)
+        second = (
+            yield script(
+                _scripts.RAISE_FENCE,
+                1,
+                ((fence_key, str(fence).encode()),),
+                self._timeout_ms,
+                wait_all=True,
+            )
+        )[0]
+        return self._refusal(second, time.monotonic_ns() - start), fence
+
+    def _unlock_steps(self, token: bytes) -> Steps:
+        """Sends the unlock for `token` to every master after an interruption (one round, bounded
+        by the per-master timeout), and forgets the lock if it was already taken. Best effort: a
+        failure here is logged, and the interruption that brought us here is what propagates."""
+        if self._token == token:
+            self._let_go()
+        self._unlocked_token = token
+        if self._session.rounds_closed:
+            return  # nothing went out (a closed client refuses every round), nor can it now
+        try:
+            yield self._unlock_request(token, Cleanup)
+        except Exception as exc:
+            _log.warning("hiredlock: unlocking %r after an exception failed: %s", self._name, exc)
+
+    # -- release -------------------------------------------------------------------------------
+
+    def _release_steps(self) -> Steps:
+        """Unlocks every master; LockLost when fewer than a quorum still held our token."""
+        # Taken before letting go: an interrupt may come inside let_go, after it forgot the
+        # token (a signal handler runs at the next call into C), and the unlock must still go out.
+        token = self._token
+        try:
+            token, lost = self._let_go()
+            result = (yield self._release_request(token))[0]
+        except NotHeld:
+            if self._released_by_close and self._session.closed:
+                self._released_by_close = False
+                return  # close() released it a moment ago: one of the two releases wins
+            raise  # nothing of ours to unlock (in a forked child: the parent's lock)
+        except BaseException:
+            if token is not None:  # interrupted: the unlock still goes out
+                yield from self._unlock_steps(token)
+            raise
+        if lost or result[0].count(_OK) < self._session.quorum:
+            raise self._released(result, lost)
+
+    def _close_steps(self) -> Steps:
+        """close()'s release of this lock: as _release_steps, and silent when its holder released
+        it first (whichever release comes second says nothing)."""
+        self._released_by_close = True
+        try:
+            yield from self._release_steps()
+        except NotHeld:
+            return
+
+    # -- extend and renewal ------------------------------------------------------------------------
+
+    def _extend_timing(self, ttl: Optional[Duration]) -> Optional[Timing]:
+        """Checks extend()'s arguments and this lock's state (before any I/O)."""
+        timing = None if ttl is None else self._session.timing(ttl)
+        if self._max_extensions is not None and self._extensions >= self._max_extensions:
+            raise TooManyExtensions(
+                f"lock {self._name!r} was extended {self._extensions} times already "
+                f"(max_extensions={self._max_extensions})"
+            )
+        self._this_process()
+        if self._token is None or self._lost:
+            raise NotHeld(f"lock {self._name!r} is not held by this {self._kind} object")
+        return timing
+
+    def _extend_steps(self, timing: Optional[Timing]) -> Steps:
+        """Re-arms the lock; LockLost (and the lock marked lost) when that did not count."""
+        acquisition = self._acquisition
+        failed = yield from self._extend_round(timing, acquisition)
+        if failed is None:
+            with self._mutex:
+                self._extensions += 1
+            return
+        if self._mark_lost(acquisition, None):
+            raise LockLost(
+                f"lock {self._name!r} could not be extended on a quorum", self._last_votes
+            )
+        raise NotHeld(f"lock {self._name!r} was released while it was being extended")
+
+    def _extend_round(self, timing: Optional[Timing], acquisition: int) -> Steps:
+        """One extend round: None when it counted (the validity is moved on), else the failed
+        round (its votes are kept)."""
+        ttl_ms, timeout_ms, drift = timing or (self._ttl_ms, self._timeout_ms, self._drift_ms)
+        token = self._token
+        if token is None:
+            raise NotHeld(f"lock {self._name!r} is not held by this {self._kind} object")
+        start = time.monotonic_ns()
+        # wait_all: every master that keeps up gets the new ttl (and the EVAL after a NOSCRIPT);
+        # the validity still counts from this round's start.
+        result = (yield self._extend_request(token, ttl_ms, timeout_ms))[0]
+        if _judgement.won(result[0], result[1], ttl_ms, drift, self._session.quorum):
+            valid_until = start + int((ttl_ms - drift) * 1_000_000)
+            with self._mutex:
+                if acquisition == self._acquisition:
+                    self._valid_until_ns = valid_until
+            return None
+        self._last_votes = self._session.votes(result)
+        return result
+
+    def _renew_steps(self, acquisition: int) -> Steps:
+        """Extends the lock if it is still this acquisition's; returns when to renew next (None:
+        no more renewals).
+
+        A failed renewal is retried while the validity left allows another round (see
+        _judgement.renewal_retry_ns); the lock is marked lost only when a majority said the key
+        is not ours any more, or when no renewal can finish in time.
+        """
+        if self._generation != _fork.generation:
+            return None  # a parent's renewal: never run in a child
+        if acquisition != self._acquisition or self._token is None or self._lost:
+            return None
+        owner = self._owner
+        if owner is not None and self._owner_ended(owner):
+            _log.warning(
+                "hiredlock: the owner that acquired %r ended without releasing it; "
+                "it is no longer renewed and expires with its ttl",
+                self._name,
+            )
+            return None
+        now = time.monotonic_ns()
+        if self._max_hold_ns is not None and now - self._acquired_at_ns >= self._max_hold_ns:
+            return None
+        failed = yield from self._extend_round(None, acquisition)
+        if failed is None:
+            return now + self._renew_interval_ns()
+        if acquisition != self._acquisition:
+            return None
+        retry_at = _judgement.renewal_retry_ns(
+            failed[0],
+            self._session.quorum,
+            time.monotonic_ns(),
+            self._valid_until_ns,
+            self._timeout_ms,
+        )
+        if retry_at is not None:
+            _log.info("hiredlock: renewing %r failed; retrying while it is valid", self._name)
+            return retry_at
+        self._mark_lost(
+            acquisition,
+            "could not be extended on a quorum [{}]".format(
+                "; ".join(str(vote) for vote in self._last_votes)
+            ),
+            renewal=True,
+        )
+        return None
+
+
+def counted_acquire(session: Session, attempts: Steps) -> Steps:
+    """An acquire's attempts, counted as under way for the client's close() (see
+    Session.begin_acquire: refused once closed)."""
+    session.begin_acquire()
+    try:
+        return (yield from attempts)
+    finally:
+        session.end_acquire()
+
+
+def closed_while_acquiring(name: object) -> str:
+    return f"the client was closed while {name!r} was being acquired (its keys were unlocked)"
+
+
+def acquire_deadline(
+    blocking: Any, timeout: Optional[Duration], blocking_timeout: Optional[float]
+) -> Optional[int]:
+    """acquire()'s arguments checked (before any I/O); its deadline on the monotonic clock."""
+    if blocking is not True and blocking is not False:
+        _validation.flag(blocking, "blocking")
+    if timeout is not None:
+        if not blocking:
+            raise ValueError("timeout cannot be given with blocking=False")
+        wait_ms = _validation.duration_ms(timeout, "timeout")
+        if wait_ms < 0:
+            raise ValueError(f"timeout must be >= 0 or None, got {timeout!r}")
+        return time.monotonic_ns() + int(wait_ms * 1_000_000)
+    if blocking and blocking_timeout is not None:
+        return time.monotonic_ns() + int(blocking_timeout * 1e9)
+    return None
+
+
+def give_back_steps(lock: LockBase, token: bytes) -> Steps:
+    """Unlocks `lock` if it still holds `token`, which an acquire's steps took just before an
+    interrupt came (a signal handler runs as the blocking driver returns)."""
+    if lock._token == token and lock._unlocked_token != token:
+        yield from lock._unlock_steps(token)
+
+
+def unlock_keys(name: object, pairs: list[tuple[bytes, bytes]], timeout_ms: float) -> Steps:
+    """The unlock of these (key, token) pairs on every master after an interruption (as
+    LockBase._unlock_steps does for one lock)."""
+    try:
+        yield script(_RELEASE, 1, pairs, timeout_ms, True, kind=Cleanup)
+    except Exception as exc:
+        _log.warning("hiredlock: unlocking %r after an exception failed: %s", name, exc)
+
+
+# -- closing a client ----------------------------------------------------------------------------
+
+
+def loss_told(lock: LockBase) -> bool:
+    """Read before close() releases `lock`: whether it was marked lost already, its loss told
+    (extend() raised LockLost, or the renewal logged it and set `lost`)."""
+    return lock._lost
+
+
+def close_release_failed(lock: LockBase, told: bool, error: BaseException) -> None:
+    """close() could not release `lock`: a warning, unless it is the LockLost of a loss told
+    already (that release still unlocked the masters that kept the key)."""
+    if told and isinstance(error, LockLost):
+        return
+    _log.warning("hiredlock: releasing %r on close failed: %s", lock.name, error)

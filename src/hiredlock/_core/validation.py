@@ -1,0 +1,123 @@
+"""The caller's values checked before any I/O: lock names, durations (seconds, timedeltas) and
+the other options."""
+
+from __future__ import annotations
+
+import datetime
+import math
+from typing import Any, Union
+
+from .redaction import shown
+from .scripts import MAX_TTL_MS, RESERVED_KEY_PREFIXES
+
+Duration = Union[int, float, datetime.timedelta]
+
+
+# -- lock names ----------------------------------------------------------------------------------
+
+
+def lock_name(name: Any) -> bytes:
+    """The Redis key for a lock name: the name itself, str encoded as UTF-8.
+
+    Names under the fencing counters' prefix are refused: such a lock and a fenced lock's
+    counter would be one key.
+    """
+    if isinstance(name, str):
+        try:
+            key = name.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"name must be valid Unicode text (a lone surrogate at index {exc.start})"
+            ) from None
+    elif isinstance(name, bytes):
+        key = bytes(name)
+    else:
+        # a bytearray or memoryview could change (or be released) while the lock holds its key
+        hint = " (pass bytes(name))" if isinstance(name, (bytearray, memoryview)) else ""
+        raise TypeError(f"name must be str or bytes, not {type(name).__name__}{hint}")
+    if not key:
+        raise ValueError("name must not be empty")
+    for prefix in RESERVED_KEY_PREFIXES:
+        if key.startswith(prefix):
+            raise ValueError(
+                f"name must not start with {prefix.decode()!r}: that prefix is reserved for "
+                "hiredlock's own keys (fencing counters, semaphore permits, read-write and "
+                "fair locks)"
+            )
+    return key
+
+
+# -- durations and other options -------------------------------------------------------------
+
+
+def duration_ms(value: Any, name: str) -> float:
+    """Seconds (int, float or timedelta) to milliseconds, at most MAX_TTL_MS in size.
+
+    Refuses bools, non-numbers, NaN and infinities, and any duration longer than
+    hiredlock.MAX_TTL (either sign: no caller takes a negative one), as a ValueError at the call
+    that takes it rather than an OverflowError in a later round, sleep or wait.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, datetime.timedelta)):
+        raise TypeError(
+            f"{name} must be a number of seconds or a timedelta, not {type(value).__name__}"
+        )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if isinstance(value, int):
+        ms: float = value * 1000  # exact: float(value) could overflow
+    elif isinstance(value, datetime.timedelta):
+        ms = value.total_seconds() * 1000.0
+    else:
+        ms = value * 1000.0  # may become inf: refused just below
+    if ms > MAX_TTL_MS:
+        raise ValueError(
+            f"{name} must be at most {MAX_TTL_MS / 1000:.3f} s (hiredlock.MAX_TTL), "
+            f"got {shown(value)}"
+        )
+    if ms < -MAX_TTL_MS:
+        raise ValueError(f"{name} must be >= 0, got {shown(value)}")
+    return float(ms)
+
+
+def positive_duration_ms(value: Any, name: str) -> float:
+    ms = duration_ms(value, name)
+    if ms <= 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return ms
+
+
+def ttl_ms(value: Any, name: str = "ttl") -> int:
+    """A ttl as whole milliseconds on the wire (rounded down, at least 1), within MAX_TTL_MS."""
+    ms = positive_duration_ms(value, name)
+    if ms < 1:
+        raise ValueError(f"{name} must be at least 1 ms, got {value!r}")
+    return int(ms)
+
+
+def flag(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+    return value
+
+
+def non_negative_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {shown(value)}")
+    return value
+
+
+def non_negative_seconds(value: Any, name: str) -> float:
+    ms = duration_ms(value, name)
+    if ms < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return ms / 1000.0
+
+
+def drift_factor(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"drift_factor must be a number, not {type(value).__name__}")
+    if not 0 <= value < 0.5:  # also refuses NaN
+        raise ValueError(f"drift_factor must be in [0, 0.5), got {shown(value)}")
+    return float(value)
