@@ -11,7 +11,6 @@ import pytest
 from support import assert_no_key, assert_values, debug_sleep, set_foreign, urls
 
 import hiredlock
-from hiredlock import lock, redlock
 from hiredlock._engines import blocking as _blocking
 
 DRIVERS = ["c", "python"]
@@ -28,8 +27,8 @@ def driver(request, monkeypatch):
         assert _blocking.run is run, "the C driver must be the default where the extension loads"
     else:
         run = _blocking.run_python
-    monkeypatch.setattr(lock, "run", run)
-    monkeypatch.setattr(redlock, "run", run)
+    # (the blocking rounds, hiredlock._engines.blocking.BlockingRounds, drive steps with it)
+    monkeypatch.setattr(_blocking, "run", run)
     return run
 
 

@@ -13,7 +13,7 @@ from ._core.errors import HiredlockError, LockLost, LockNotAcquired, NotHeld
 from ._core.lock_steps import LockBase, acquire_deadline
 from ._core.tokens import new_token
 from ._core.validation import Duration
-from ._engines.blocking import run
+from ._core.with_blocks import release_failed_on_exit
 from ._sync.gate import ThreadGate
 
 __all__ = ["Lock", "WithStatement", "new_token"]
@@ -42,13 +42,10 @@ class WithStatement:
         # signal handler, and an interrupt there would skip the release)
         if self._generation != _fork.generation and self._held_by_parent():
             return  # forked inside the block: the lock is the parent's, the child sends nothing
-        if exc_type is None:
-            self.release()
-            return
         try:
             self.release()
-        except HiredlockError as release_error:
-            _log.warning("releasing %r after an exception failed: %s", self._name, release_error)
+        except HiredlockError as error:
+            release_failed_on_exit(self._name, exc_type, error)
 
 
 class Lock(WithStatement, LockBase):
@@ -88,13 +85,13 @@ class Lock(WithStatement, LockBase):
         try:
             if self._try_gate() is False and not (blocking and self._gate.enter(deadline_ns)):
                 return False  # another thread of this process held the lock object throughout
-            acquired = run(self._acquire_steps(blocking, deadline_ns), self._rounds, self._pin)
+            acquired = self._rounds.run(self._acquire_steps(blocking, deadline_ns), self._pin)
         except BaseException:
             # An interrupt that came once the steps were over (the signal handler runs when the
             # driver, a call into C, returns here): the lock they took is given back.
             token = self._token
             if token is not None and self._acquisition != before and self._unlocked_token != token:
-                run(self._unlock_steps(token), self._rounds, self._pin)
+                self._rounds.run(self._unlock_steps(token), self._pin)
             self._leave_gate_unless_held()
             raise
         if not acquired:
@@ -109,14 +106,14 @@ class Lock(WithStatement, LockBase):
         """
         token = self._token
         try:
-            run(self._release_steps(), self._rounds, self._pin)
+            self._rounds.run(self._release_steps(), self._pin)
         except (NotHeld, LockLost):
             raise
         except BaseException:
             # An interrupt that came before the steps could catch it (between two of their
             # instructions outside a round): the unlock still goes out, once.
             if token is not None and self._unlocked_token != token:
-                run(self._unlock_steps(token), self._rounds, self._pin)
+                self._rounds.run(self._unlock_steps(token), self._pin)
             raise
 
     def extend(self, ttl: Optional[Duration] = None) -> None:
@@ -128,7 +125,7 @@ class Lock(WithStatement, LockBase):
         TooManyExtensions (before any I/O).
         """
         timing = self._extend_timing(ttl)
-        run(self._extend_steps(timing), self._rounds, self._pin)
+        self._rounds.run(self._extend_steps(timing), self._pin)
 
     # -- what LockBase asks of a blocking lock ------------------------------------------------
 
@@ -154,4 +151,4 @@ class Lock(WithStatement, LockBase):
 
     def _renew(self, acquisition: int) -> Optional[int]:
         """One renewal of `acquisition` (the watchdog calls it); when to renew next, or None."""
-        return run(self._renew_steps(acquisition), self._rounds, self._pin)
+        return self._rounds.run(self._renew_steps(acquisition), self._pin)

@@ -16,13 +16,8 @@ from ._core import validation as _validation
 from ._core.batches import KeyState
 from ._core.client import ClientBase, NameOrFactory
 from ._core.errors import Vote
-from ._core.session import Session
 from ._core.validation import Duration
-from ._engines import selection as _selection
-from ._engines.blocking import run
-from ._engines.notices import ThreadNotices
-from ._engines.pool import EnginePool
-from ._sync.watchdog import Renewals
+from ._sync.flavour import BLOCKING
 from .fairlock import FairLock
 from .lock import Lock
 from .rlock import RLock
@@ -65,15 +60,7 @@ class Redlock(ClientBase):
     (2**31 - 1 ms, about 24.8 days): a longer one is refused with ValueError when it is given.
     """
 
-    _engine_for = staticmethod(_selection.engine_class)
-
-    def _rounds_for(self, session: Session) -> EnginePool:
-        session.renewals = Renewals(session)
-        self._pool = EnginePool(session.new_engine)
-        return self._pool
-
-    def _notices_for(self, session: Session) -> ThreadNotices:
-        return ThreadNotices(session.masters, session.label)
+    _flavour = BLOCKING
 
     def lock(
         self,
@@ -130,11 +117,11 @@ class Redlock(ClientBase):
         pin = _lock_state.share_pin(locks)
         steps = _lock_batches.acquire_many_steps(self._session, locks)
         try:
-            return run(steps, self._session.rounds, pin)
+            return self._session.rounds.run(steps, pin)
         except BaseException:
             # An interrupt once the steps were over (a signal handler runs as the driver
             # returns): the names they took are given back.
-            run(_lock_batches.give_back_many_steps(locks), self._session.rounds, pin)
+            self._session.rounds.run(_lock_batches.give_back_many_steps(locks), pin)
             raise
 
     def release_many(self, locks: Iterable[Lock]) -> None:
@@ -145,7 +132,7 @@ class Redlock(ClientBase):
         """
         batch = list(locks)
         steps = _lock_batches.release_many_steps(self._session, "Redlock", Lock, batch)
-        run(steps, self._session.rounds, _lock_state.pin_of(batch))
+        self._session.rounds.run(steps, _lock_state.pin_of(batch))
 
     def semaphore(
         self, name: str | bytes, permits: int, ttl: Duration, **options: Any
@@ -210,7 +197,7 @@ class Redlock(ClientBase):
         lock taken on `name` afterwards starts counting again from 1. Refused while this Redlock
         holds the lock; raises QuorumUnreachable if fewer than a quorum answered.
         """
-        run(_batches.delete_fence_counter_steps(self._session, name), self._session.rounds)
+        self._session.rounds.run(_batches.delete_fence_counter_steps(self._session, name))
 
     def connect(self) -> tuple[Vote, ...]:
         """Opens every master's connection now (TCP, TLS handshake, AUTH/SELECT), in one round
@@ -219,7 +206,7 @@ class Redlock(ClientBase):
         first lock of a fresh client may be held by a bare quorum. Returns each master's vote (OK:
         connected); raises nothing for masters that failed. Optional: every round connects what
         it needs. With threads, each thread's first round uses an engine of its own."""
-        return run(_batches.connect_steps(self._session), self._session.rounds)
+        return self._session.rounds.run(_batches.connect_steps(self._session))
 
     def locked(self, name: str | bytes) -> bool:
         """True if a majority of the masters hold a key for `name` (anyone's lock)."""
@@ -227,7 +214,7 @@ class Redlock(ClientBase):
 
     def inspect(self, name: str | bytes) -> list[KeyState]:
         """Asks every master what it holds for `name`: exists, PTTL, and whether it is ours."""
-        return run(_batches.inspect_steps(self._session, name), self._session.rounds)
+        return self._session.rounds.run(_batches.inspect_steps(self._session, name))
 
     def close(self) -> None:
         """Stops auto-renewal, releases the locks it still holds, and closes every connection.
@@ -246,13 +233,12 @@ class Redlock(ClientBase):
         for lock in session.held_locks():
             told = _lock_steps.loss_told(lock)
             try:
-                run(lock._close_steps(), session.rounds, lock._pin)
+                session.rounds.run(lock._close_steps(), lock._pin)
             except Exception as exc:  # closing must not fail half-way
                 _lock_steps.close_release_failed(lock, told, exc)
         if not session.wait_settled(CLOSE_SETTLE_S):
             _log.warning("hiredlock: acquires under way after %g s of close()", CLOSE_SETTLE_S)
-        session.rounds_closed = True
-        self._pool.close()
+        session.close_rounds()
 
     def __enter__(self) -> Redlock:
         return self

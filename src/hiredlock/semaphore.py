@@ -11,7 +11,7 @@ from ._core.errors import HiredlockError, LockNotAcquired
 from ._core.lock_steps import give_back_steps
 from ._core.semaphores import PermitBase, SemaphoreBase
 from ._core.validation import Duration
-from ._engines.blocking import run
+from ._core.with_blocks import release_failed_on_exit
 from .lock import Lock
 
 __all__ = ["Permit", "Semaphore"]
@@ -46,12 +46,12 @@ class Semaphore(SemaphoreBase):
         Lock.acquire's are, and raise as they do (QuorumUnreachable, MasterConfigError)."""
         taken: list = []
         try:
-            permit, votes = run(
-                self._acquire_steps(blocking, timeout, taken), self._session.rounds, self._pin
+            permit, votes = self._session.rounds.run(
+                self._acquire_steps(blocking, timeout, taken), self._pin
             )
         except BaseException:
             if taken:  # an interrupt once the steps were over: the permit they took goes back
-                run(give_back_steps(*taken), self._session.rounds, self._pin)
+                self._session.rounds.run(give_back_steps(*taken), self._pin)
             raise
         if permit is None:
             self._refused(votes)
@@ -68,10 +68,7 @@ class Semaphore(SemaphoreBase):
 
     def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
         permit = self._leaving(threading.current_thread())
-        if exc_type is None:
-            permit.release()
-            return
         try:
             permit.release()
-        except HiredlockError as release_error:
-            _log.warning("releasing %r after an exception failed: %s", self._name, release_error)
+        except HiredlockError as error:
+            release_failed_on_exit(self._name, exc_type, error)

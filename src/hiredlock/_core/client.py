@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, ClassVar, Optional, Union
 
 from . import scripts as _scripts
 from . import validation as _validation
+from .flavour import Flavour
 from .masters import MasterLike, MasterSpec
 from .session import Session
 from .validation import Duration
@@ -18,10 +19,10 @@ NameOrFactory = Union[str, bytes, Callable[..., Union[str, bytes]]]
 
 class ClientBase:
     """A client of N masters: its options (its locks share them through its Session); the API
-    class says which engines it may use (_engine_for: hiredlock._engines.selection's) and how its
-    rounds run (_rounds_for)."""
+    class gives its flavour (_flavour: its engines, how its rounds run, what wakes its waiters,
+    what renews its locks)."""
 
-    _engine_for: Callable[[str], Any]  # backend name -> engine class
+    _flavour: ClassVar[Flavour]
 
     def __init__(
         self,
@@ -40,21 +41,15 @@ class ClientBase:
             retry_delay=retry_delay,
             drift_factor=drift_factor,
             master_timeout=master_timeout,
-            engine_class=type(self)._engine_for(backend),
+            engine_class=self._flavour.engine_class(backend),
         )
         session.label = hex(id(self))
         session.wake = _validation.flag(wake, "wake")
         self.backend: str = session.backend
-        session.rounds = self._rounds_for(session)
-        session.notices = self._notices_for(session)
-
-    def _rounds_for(self, session: Session) -> Any:
-        """What runs this client's rounds: an engine pool, or the asyncio rounds."""
-        raise NotImplementedError
-
-    def _notices_for(self, session: Session) -> Any:
-        """What wakes this client's waiters on a release (see _engines/notices.py)."""
-        raise NotImplementedError
+        flavour = self._flavour
+        session.rounds = flavour.rounds(session)
+        session.notices = flavour.notices(session)
+        session.renewals = flavour.renewals(session)
 
     @property
     def session(self) -> Session:

@@ -60,16 +60,18 @@ class Session:
             else _validation.positive_duration_ms(master_timeout, "master_timeout")
         )
         self.label = hex(id(self))  # names the watchdog thread; the owner may set its own
-        self.rounds: Any = None  # set by the owner: an engine pool, or the asyncio rounds
-        # set by the owner: what wakes waiters on a release (see _engines/notices.py), and whether
-        # locks use it unless told otherwise
+        # Made by the client's flavour (see _core/flavour.py): what runs the rounds (run(steps,
+        # pin=None)), what wakes waiters on a release (see _engines/notices.py), what renews the
+        # locks (a blocking client's watchdog; None for asyncio).
+        self.rounds: Any = None
         self.notices: Any = None
-        # set by a blocking owner: its locks' renewal thread (hiredlock._sync.watchdog.Renewals)
         self.renewals: Any = None
         self.wake = True
         self.held: dict[int, weakref.ref] = {}
+        # The one record of the client's closing, which the rounds, the engine pool and the
+        # notices read (they keep no flag of their own):
         self.closed = False  # set first by close(): no acquire may win from then on
-        self.rounds_closed = False  # set last: no round can go out any more
+        self.rounds_closed = False  # set last (close_rounds()): no round can go out any more
         self.closing = threading.Event()  # set with `closed`: ends the waits between attempts
         self.mutex = threading.Lock()
         self.acquiring = 0  # acquires whose steps are under way (see begin_acquire)
@@ -121,7 +123,7 @@ class Session:
 
     def check_open(self) -> None:
         if self.closed:
-            raise HiredlockError("this Redlock is closed")
+            raise closed_error()
 
     # -- closing with acquires in flight ---------------------------------------------------------
 
@@ -132,7 +134,7 @@ class Session:
         self.this_process()
         with self.mutex:
             if self.closed:
-                raise HiredlockError("this Redlock is closed")
+                raise closed_error()
             self.acquiring += 1
 
     def end_acquire(self) -> None:
@@ -156,6 +158,12 @@ class Session:
         self.closing.set()
         self.notices.close()  # (its waiters are woken)
         return True
+
+    def close_rounds(self) -> None:
+        """The last step of closing (once the acquires under way have ended): no round goes out
+        from here on, and the connections close."""
+        self.rounds_closed = True
+        self.rounds.close()
 
     def wait_settled(self, timeout: float) -> bool:
         """Blocks until no acquire is under way (or the timeout: False)."""
@@ -211,3 +219,8 @@ class Session:
         self.held = {}
         self.generation = _fork.generation
         return True
+
+
+def closed_error() -> HiredlockError:
+    """What a closed client raises for an acquire, or for any round once its connections closed."""
+    return HiredlockError("this Redlock is closed")

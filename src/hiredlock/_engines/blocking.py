@@ -64,3 +64,21 @@ except ImportError:
 else:
     _native.set_request_types(SetNx, RunScript, Cleanup, Pause, pause)
     run = _native.run_steps
+
+
+class BlockingRounds:
+    """The rounds of one blocking client: run(steps, pin) drives steps on its engine pool (the C
+    loop where the native extension loads), as hiredlock.aio's AsyncRounds does on the loop."""
+
+    __slots__ = ("pool",)
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+
+    def run(self, steps: Steps, pin: Optional[list[Any]] = None) -> Any:
+        """Drives `steps` to their end, blocking; returns what they return (see run_python)."""
+        return run(steps, self.pool, pin)
+
+    def close(self) -> None:
+        """Closes the idle connections; the ones in use close as their rounds end."""
+        self.pool.close()

@@ -28,7 +28,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .._core import fork as _fork
 from .._core.masters import MasterSpec
@@ -38,6 +38,9 @@ from .master_policy import Backoff
 from .poller import POLLIN, POLLOUT, new_poller
 from .resp import NOT_READY, ProtocolError, Reader, ReplyError, pack_command
 from .tls import TLSChannel, TLSError
+
+if TYPE_CHECKING:
+    from .._core.session import Session
 
 # A channel stays subscribed this long after its last waiter left; the thread (and the
 # connections) end when no channel is left: LINGER_S after the last wait.
@@ -426,14 +429,15 @@ class ThreadNotices:
     for the channel (True) or the timeout (False). The subscribers are read by one thread,
     started by the first wait and ended LINGER_S after the last one, or by close()."""
 
-    def __init__(self, masters: Sequence[MasterSpec], label: str) -> None:
-        self._board = NoticeBoard(masters)
+    def __init__(self, session: Session) -> None:
+        # (closed is the session's to say: set before close() is called)
+        self._session = session
+        self._board = NoticeBoard(session.masters)
         self.heard = self._board.heard  # (see NoticeBoard.heard)
-        self._label = label
+        self._label = session.label
         self._thread: Optional[threading.Thread] = None
         self._kick_r: Optional[socket.socket] = None
         self._kick_w: Optional[socket.socket] = None
-        self._closed = False
 
     def wait(self, channel: bytes, timeout: float, seen: int = 0) -> bool:
         """True when woken by a notice on `channel` (or when it had more than `seen` notices
@@ -444,7 +448,7 @@ class ThreadNotices:
             self._kick_r = self._kick_w = None
         waiter = _ThreadWaiter()
         with board.mutex:
-            if self._closed:
+            if self._session.closed:
                 return False
             new = board.add(channel, waiter)
             self._ensure_thread()
@@ -463,7 +467,6 @@ class ThreadNotices:
         """Stops the thread (it has ended when this returns), closes the connections and ends
         the waits (they return at once)."""
         with self._board.mutex:
-            self._closed = True
             thread = self._thread
             for waiting in self._board.waiters.values():
                 for waiter in waiting:
@@ -499,7 +502,7 @@ class ThreadNotices:
             while True:
                 now = time.monotonic()
                 with board.mutex:
-                    if self._closed:
+                    if self._session.closed:
                         self._end(kick)
                         return
                     board.service(now)

@@ -12,8 +12,9 @@ pool gives the connections back:
   application that stops calling keeps at most MAX_IDLE engines until its next call or close().
 
 It takes no lock of its own on the common path: list.append and list.pop are atomic, and this is
-on every round's path. close() and a concurrent checkin() are ordered by re-checking `closed`
-after the append.
+on every round's path. Whether the client is closed is its Session's to say (rounds_closed, set
+before close() is called); close() and a concurrent checkin() are ordered by re-checking it after
+the append.
 
 A caller may ask for one engine in particular (see the engine contract's owes_replies: a lock
 whose last round left commands behind on a master must send its next ones behind them, on the
@@ -25,12 +26,15 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from .._core import fork as _fork
-from .._core.errors import HiredlockError
 from .._core.scripts import CONNECT_TIMEOUT_MIN_MS
+from .._core.session import closed_error
 from .contract import Engine
+
+if TYPE_CHECKING:
+    from .._core.session import Session
 
 MAX_IDLE = 4
 IDLE_LIFETIME_S = 30.0
@@ -39,15 +43,15 @@ IDLE_LIFETIME_S = 30.0
 class EnginePool:
     """Hands each caller an engine of its own; engines come back for reuse when the call ends."""
 
-    def __init__(self, factory: Callable[[], Engine]) -> None:
-        self._factory = factory
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._factory: Callable[[], Engine] = session.new_engine
         self._idle: list[Engine] = []
         # Every engine made and not closed yet, checked out ones too: a forked child closes
         # them all (the parent's threads that were using some do not exist there).
         self._live: dict[int, Engine] = {}
         self._low_water = 0  # the fewest idle engines since the last trim
         self._next_trim = time.monotonic() + IDLE_LIFETIME_S
-        self._closed = False
         self._generation = _fork.generation
         self._returned = threading.Condition(threading.Lock())  # for callers waiting for one
         self._waiting = 0
@@ -56,8 +60,8 @@ class EnginePool:
         # (an attribute read, on every round's path: see _fork)
         if self._generation != _fork.generation:
             self._after_fork()
-        if self._closed:
-            raise HiredlockError("this Redlock is closed")
+        if self._session.rounds_closed:
+            raise closed_error()
         if prefer is not None and self._take(prefer, wait_ms):
             return prefer
         try:
@@ -80,7 +84,7 @@ class EnginePool:
                 return True
             except ValueError:
                 pass
-            if self._live.get(id(engine)) is not engine or self._closed:
+            if self._live.get(id(engine)) is not engine or self._session.rounds_closed:
                 return False
             if time.monotonic() > deadline:
                 return False
@@ -94,7 +98,8 @@ class EnginePool:
                     self._waiting -= 1
 
     def checkin(self, engine: Engine) -> None:
-        if self._closed or self._generation != _fork.generation:
+        session = self._session
+        if session.rounds_closed or self._generation != _fork.generation:
             self._close(engine)
             return
         idle = self._idle
@@ -105,7 +110,7 @@ class EnginePool:
             # trim. (A single-threaded loop pays only this on its way back.)
             self._low_water = 0
             idle.append(engine)
-        if self._closed:  # close() ran meanwhile and may have missed this engine
+        if session.rounds_closed:  # close() ran meanwhile and may have missed this engine
             self._close_idle()
         if self._waiting:  # a caller may be waiting for this one
             with self._returned:
@@ -125,7 +130,8 @@ class EnginePool:
         self._trim()
 
     def close(self) -> None:
-        self._closed = True
+        """Closes the idle engines (once the session's rounds_closed is set: the others are
+        closed as they come back)."""
         self._close_idle()
 
     @property

@@ -9,10 +9,11 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
-from .._core import validation as _validation
-from .._core.errors import HiredlockError, LockNotAcquired, NotHeld
+from .._core.errors import HiredlockError, LockNotAcquired
 from .._core.lock_steps import LockBase, acquire_deadline
+from .._core.reentrant import ReentrantBase
 from .._core.validation import Duration
+from .._core.with_blocks import release_failed_on_exit
 from ._gate import TaskGate
 
 if TYPE_CHECKING:
@@ -37,13 +38,10 @@ class AsyncWithStatement:
         return self
 
     async def __aexit__(self: Any, exc_type: Any, exc: Any, traceback: Any) -> None:
-        if exc_type is None:
-            await self.release()
-            return
         try:
             await self.release()
-        except HiredlockError as release_error:
-            _log.warning("releasing %r after an exception failed: %s", self._name, release_error)
+        except HiredlockError as error:
+            release_failed_on_exit(self._name, exc_type, error)
 
 
 class AsyncLock(AsyncWithStatement, LockBase):
@@ -128,105 +126,62 @@ class AsyncLock(AsyncWithStatement, LockBase):
             _log.exception("hiredlock: the on_lost callback of %r raised", self._name)
 
 
-class AsyncRLock(AsyncWithStatement):
+class AsyncRLock(AsyncWithStatement, ReentrantBase):
     """A reentrant AsyncLock: the task that owns it may acquire it again; its last release
-    unlocks the masters. Other tasks of this process wait on a local asyncio.Lock first (no
-    network traffic while a sibling task holds it). Made by AsyncRedlock.rlock()."""
+    unlocks the masters. Other tasks of this process wait on a local gate first (no network
+    traffic while a sibling task holds it). Made by AsyncRedlock.rlock()."""
+
+    _owner_kind = "task"
+    _repr_name = "aio.AsyncRLock"
 
     def __init__(
         self, redlock: AsyncRedlock, name: str | bytes, ttl: Duration, **options: Any
     ) -> None:
-        self._make_lock = lambda: AsyncLock(redlock, name, ttl, **options)
-        self._make_lock()  # checks the arguments now, before any I/O
-        self._name = name
-        self._blocking_timeout = options.get("blocking_timeout")
-        # The local gate: while some task of this process owns the lock, the others wait for it
-        # here, with no network traffic.
-        self._gate = TaskGate()
-        self._owner: Optional[asyncio.Task] = None
-        self._count = 0
-        self._lock: Optional[AsyncLock] = None
-        self._last_votes: tuple = ()
+        ReentrantBase.__init__(
+            self,
+            lambda: AsyncLock(redlock, name, ttl, **options),
+            name,
+            options.get("blocking_timeout"),
+        )
 
-    @property
-    def name(self) -> str | bytes:
-        return self._name
+    def _new_gate(self) -> TaskGate:
+        return TaskGate()
+
+    _current = staticmethod(asyncio.current_task)
 
     @property
     def lock(self) -> Optional[AsyncLock]:
         """The AsyncLock that holds the masters while owned."""
-        return self._lock
-
-    @property
-    def held(self) -> bool:
-        lock = self._lock
-        return lock is not None and lock.held
-
-    @property
-    def count(self) -> int:
-        """How many times the owning task acquired it (0 when not owned)."""
-        return self._count
-
-    @property
-    def last_votes(self) -> tuple:
-        return self._last_votes
+        return self._lock  # type: ignore[no-any-return]
 
     async def acquire(self, blocking: bool = True, timeout: Optional[Duration] = None) -> bool:
         """As AsyncLock.acquire; True at once (counting) when this task owns it already."""
-        _validation.flag(blocking, "blocking")
-        me = asyncio.current_task()
-        if self._owner is me and me is not None:
-            self._count += 1
+        if self._reentered(blocking):
             return True
-        if timeout is not None and not blocking:
-            raise ValueError("timeout cannot be given with blocking=False")
-        if timeout is None and blocking:
-            timeout = self._blocking_timeout
-        wait_s = None if timeout is None else _validation.non_negative_seconds(timeout, "timeout")
-        start = time.monotonic()
+        deadline_ns = self._deadline_ns(blocking, timeout)
         gate = self._gate
-        if not gate.try_enter():
-            if not blocking:
-                return False
-            deadline_ns = None if wait_s is None else time.monotonic_ns() + int(wait_s * 1e9)
-            if not await gate.enter(deadline_ns):
-                return False
+        if not gate.try_enter() and not (blocking and await gate.enter(deadline_ns)):
+            return False
         try:
             lock = self._make_lock()
-            remaining = None if wait_s is None else max(0.0, wait_s - (time.monotonic() - start))
+            remaining = self._remaining(deadline_ns)
             acquired = (
                 await lock.acquire(True, remaining) if blocking else await lock.acquire(False)
             )
         except BaseException:
             gate.leave()
             raise
-        if not acquired:
-            gate.leave()
-            self._last_votes = lock.last_votes
-            return False
-        self._lock = lock
-        self._owner = me
-        self._count = 1
-        return True
+        return self._taken(lock, acquired)
 
     async def release(self) -> None:
         """Counts down; the owner's last release unlocks the masters (LockLost as release)."""
-        if self._owner is None or self._owner is not asyncio.current_task():
-            raise NotHeld(f"lock {self._name!r} is not held by this task")
-        self._count -= 1
-        if self._count:
+        lock = self._counted_down()
+        if lock is None:
             return
-        lock, self._lock, self._owner = self._lock, None, None
         try:
-            assert lock is not None
             await lock.release()
         finally:
             self._gate.leave()
 
     async def extend(self, ttl: Optional[Duration] = None) -> None:
-        if self._owner is not asyncio.current_task() or self._lock is None:
-            raise NotHeld(f"lock {self._name!r} is not held by this task")
-        await self._lock.extend(ttl)
-
-    def __repr__(self) -> str:
-        return f"<hiredlock.aio.AsyncRLock {self._name!r} count={self._count}>"
+        await self._owned().extend(ttl)

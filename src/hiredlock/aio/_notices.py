@@ -13,12 +13,13 @@ import asyncio
 import heapq
 import itertools
 import time
-from collections.abc import Sequence
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from .._core.masters import MasterSpec
 from .._engines.notices import NoticeBoard, Subscriber
 from .._engines.poller import POLLOUT
+
+if TYPE_CHECKING:
+    from .._core.session import Session
 
 # The timeouts of waits that ended sooner stay in the heap until they come up: it is rebuilt
 # without them when they are more than this many and more than half of it.
@@ -42,8 +43,10 @@ class LoopNotices:
     """wait() returns True on a notice for the channel, False at the timeout. The subscribers
     belong to the loop of the first wait (an AsyncRedlock is used in one loop)."""
 
-    def __init__(self, masters: Sequence[MasterSpec]) -> None:
-        self._board = NoticeBoard(masters)
+    def __init__(self, session: Session) -> None:
+        # (closed is the session's to say: set before close() is called)
+        self._session = session
+        self._board = NoticeBoard(session.masters)
         self._board.on_drop = self._unregister
         self.heard = self._board.heard  # (see NoticeBoard.heard)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -54,7 +57,6 @@ class LoopNotices:
         self._ended_early = 0  # entries of _timeouts whose wait has ended
         self._timer: Optional[asyncio.TimerHandle] = None
         self._timer_due = 0.0  # (time.monotonic())
-        self._closed = False
 
     async def wait(self, channel: bytes, timeout: float, seen: int = 0) -> bool:
         """True when woken by a notice on `channel` (or when it had more than `seen` notices
@@ -65,7 +67,7 @@ class LoopNotices:
             self._watched = {}
             self._timer = None
             self._forget_waits()  # (the parent's tasks: they do not run here)
-        if self._closed:
+        if self._session.closed:
             return False
         if self._loop is not loop:
             self._stop()
@@ -86,7 +88,7 @@ class LoopNotices:
             waiter.ended = True
             if not waiter.timed_out:
                 self._ended_early += 1
-            if not self._closed:
+            if not self._session.closed:
                 now = time.monotonic()
                 board.remove(channel, waiter, now)
                 self._schedule(now)
@@ -94,7 +96,6 @@ class LoopNotices:
     def close(self) -> None:
         """Closes the subscribers (no I/O is awaited: only close()) and ends the waits (they
         return False at once); no timer is left."""
-        self._closed = True
         for waiter in self._forget_waits():
             future = waiter.future
             if not future.done() and not future.get_loop().is_closed():
@@ -123,7 +124,7 @@ class LoopNotices:
     def _schedule(self, now: float) -> None:
         """Sets the timer for the next thing due, unless it is set for that or sooner."""
         loop = self._loop
-        if self._closed or loop is None or loop.is_closed():
+        if self._session.closed or loop is None or loop.is_closed():
             return
         due = self._next_due(now)
         timer = self._timer
@@ -155,7 +156,7 @@ class LoopNotices:
 
     def _on_timer(self) -> None:
         self._timer = None
-        if self._closed:
+        if self._session.closed:
             return
         now = time.monotonic()
         timeouts = self._timeouts

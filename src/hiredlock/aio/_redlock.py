@@ -15,12 +15,10 @@ from .._core import validation as _validation
 from .._core.batches import KeyState
 from .._core.client import ClientBase, NameOrFactory
 from .._core.errors import Vote
-from .._core.session import Session
 from .._core.validation import Duration
-from .._engines import selection as _selection
 from ._fairlock import AsyncFairLock
+from ._flavour import ASYNCIO
 from ._lock import AsyncLock, AsyncRLock
-from ._notices import LoopNotices
 from ._rounds import AsyncRounds
 from ._rwlock import AsyncRWLock
 from ._semaphore import AsyncSemaphore
@@ -37,14 +35,11 @@ class AsyncRedlock(ClientBase):
     close it with `await aclose()` (or `async with AsyncRedlock(...) as redlock:`).
     """
 
-    _engine_for = staticmethod(_selection.engine_class)
+    _flavour = ASYNCIO
 
-    def _rounds_for(self, session: Session) -> AsyncRounds:
-        self._rounds = AsyncRounds(session)
-        return self._rounds
-
-    def _notices_for(self, session: Session) -> LoopNotices:
-        return LoopNotices(session.masters)
+    @property
+    def _rounds(self) -> AsyncRounds:
+        return self._session.rounds  # type: ignore[no-any-return]
 
     def lock(
         self,
@@ -184,8 +179,7 @@ class AsyncRedlock(ClientBase):
         await settled
         await rounds.drain()
         await rounds.flush()
-        session.rounds_closed = True
-        rounds.close()
+        session.close_rounds()
 
     async def __aenter__(self) -> AsyncRedlock:
         return self

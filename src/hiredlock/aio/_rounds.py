@@ -40,7 +40,7 @@ from .._core.requests import (
     Steps,
     items_of,
 )
-from .._core.session import Session
+from .._core.session import Session, closed_error
 from ._driver import start
 
 _ACQUIRE_FENCED_SHA = _scripts.ACQUIRE_FENCED.sha
@@ -74,7 +74,6 @@ class AsyncRounds:
         self._in_flight: Optional[_Batch] = None
         self._tasks: set[asyncio.Task] = set()  # renewals and on_lost coroutines
         self._closing: Optional[asyncio.Future[None]] = None  # done once aclose() began
-        self._closed = False
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -97,7 +96,7 @@ class AsyncRounds:
     def spawn(self, coroutine: Any) -> bool:
         """Runs a coroutine of this client's (a renewal, an on_lost callback) as a task that
         aclose() cancels; False (and the coroutine closed) when the client is closed."""
-        if self._closed or self._session.closed:
+        if self._session.closed:
             coroutine.close()
             return False
         task = self.loop().create_task(coroutine)
@@ -107,10 +106,13 @@ class AsyncRounds:
 
     # -- running steps -------------------------------------------------------------------------
 
-    async def run(self, steps: Steps) -> Any:
+    async def run(self, steps: Steps, pin: Optional[list[Any]] = None) -> Any:
         """Drives a step generator to its end on the loop; returns what it returns (see
         hiredlock._core.requests: an exception, cancellation included, is thrown into the steps at
-        the request it interrupted, so that their clean-up goes out before it propagates)."""
+        the request it interrupted, so that their clean-up goes out before it propagates).
+
+        pin: taken as the blocking rounds take it, and not needed here: every round of this
+        client goes out on its one connection per master, in order."""
         send = steps.send
         try:
             request = send(None)
@@ -164,15 +166,16 @@ class AsyncRounds:
         loop = _running_loop()
         if loop is not self._loop:
             loop = self.loop()
-        if self._closed:
-            raise HiredlockError("this Redlock is closed")
+        session = self._session
+        if session.rounds_closed:
+            raise closed_error()
         if type(request) is SetNx:
-            if self._session.closed:
-                raise HiredlockError("this Redlock is closed")  # after aclose() only unlocks
+            if session.closed:
+                raise closed_error()  # (after aclose() began: only unlocks)
             shape: tuple = (SetNx, request.ttl_ms, request.timeout_ms)
         else:
-            if self._session.closed and request.sha == _ACQUIRE_FENCED_SHA:
-                raise HiredlockError("this Redlock is closed")
+            if session.closed and request.sha == _ACQUIRE_FENCED_SHA:
+                raise closed_error()
             # everything but the argvs (a clean-up goes out as the script it runs)
             shape = (RunScript, *request[:3], *request[4:])
         batch = self._queued.get(shape)
@@ -253,7 +256,7 @@ class AsyncRounds:
                 )
         self._in_flight = None
         batch.done.set_result(None)
-        if self._queued and not self._closed:
+        if self._queued and not self._session.rounds_closed:
             self._flush()
 
     # -- closing -------------------------------------------------------------------------------
@@ -277,7 +280,7 @@ class AsyncRounds:
         bounded by the master timeout) writes them and reads what comes back, so that an unlock
         left behind a master's full socket still reaches it if it answers in that time."""
         engine = self._engine
-        if engine is None or self._closed or not engine.owes_replies():
+        if engine is None or self._session.rounds_closed or not engine.owes_replies():
             return
         try:
             await self.run(_batches.connect_steps(self._session))
@@ -285,8 +288,8 @@ class AsyncRounds:
             _log.debug("hiredlock: the last round before closing failed: %s", exc)
 
     def close(self) -> None:
-        """Closes the connections (after drain(): no batch is in flight any more)."""
-        self._closed = True
+        """Closes the connections (after drain(): no batch is in flight any more, and the
+        session's rounds_closed is set: no round goes out from here on)."""
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.close()

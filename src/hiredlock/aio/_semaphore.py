@@ -9,6 +9,7 @@ from typing import Any, Optional
 from .._core.errors import HiredlockError, LockNotAcquired
 from .._core.semaphores import PermitBase, SemaphoreBase
 from .._core.validation import Duration
+from .._core.with_blocks import release_failed_on_exit
 from ._lock import AsyncLock
 
 _log = logging.getLogger("hiredlock")
@@ -50,10 +51,7 @@ class AsyncSemaphore(SemaphoreBase):
 
     async def __aexit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
         permit = self._leaving(asyncio.current_task())
-        if exc_type is None:
-            await permit.release()
-            return
         try:
             await permit.release()
-        except HiredlockError as release_error:
-            _log.warning("releasing %r after an exception failed: %s", self._name, release_error)
+        except HiredlockError as error:
+            release_failed_on_exit(self._name, exc_type, error)
