@@ -42,6 +42,9 @@ class Watchdog:
         self._due: list[tuple[int, int, weakref.WeakMethod, int]] = []
         self._seq = itertools.count()
         self._thread: Optional[threading.Thread] = None
+        # Its own flag, not the session's closed: it is read with the heap under _wakeup by the
+        # renewal thread, and stop() comes after the session is closed (a renewal in flight may
+        # still reschedule until then); a forked child's watchdog is a new one.
         self._closed = False
 
     def watch(self, renewal: Renewal, acquisition: int, due_ns: int) -> bool:
@@ -120,6 +123,8 @@ class Callbacks:
         self._queue: deque[Callable[[], None]] = deque()
         self._thread: Optional[threading.Thread] = None  # the last one started
         self._running = False  # whether it still takes callbacks from the queue
+        # Its own flag, not the session's closed: it says that the thread was joined (callbacks
+        # run inline from then on), which comes after the client is closed.
         self._closed = False
 
     def call_soon(self, callback: Callable[[], None]) -> None:
