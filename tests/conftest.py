@@ -1,12 +1,13 @@
 """Fixtures for the hiredlock test suite.
 
-* Real redis-server processes only (see servers.py); a missing redis-server is an error, not a skip.
+* Real redis-server processes only (see support/servers.py); a missing redis-server is an error,
+  not a skip.
 * `engine` runs every API test on both engines.  The native param FAILS when the extension cannot
   be loaded, unless HIREDLOCK_NO_EXTENSIONS=1 (then it is skipped, with the reason).
 * `masters5`: five session-wide servers, flushed before every test and revived (SIGCONT /
   restart) after a test that stopped or killed some of them.
 * `redis_factory(n)`: n fresh servers for tests that change server configuration.
-* `tls_certs`: the TLS tests' certificates (tests/tls_support.py); `tls_masters5` and
+* `tls_certs`: the TLS tests' certificates (tests/support/tls_support.py); `tls_masters5` and
   `mtls_masters5`: five session-wide servers with a TLS port each (the second five require a
   client certificate), kept like `masters5`.
 * The test process's garbage collector does not run automatically inside a test's body (see
@@ -22,6 +23,9 @@ import uuid
 
 import pytest
 
+# tests/ (the `faults` package) and tests/support/ (servers, support, apis, ...: imported by name
+# from every folder of tests, and by the worker scripts there).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import servers

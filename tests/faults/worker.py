@@ -42,7 +42,8 @@ import time
 import traceback
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    _TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path[:0] = [_TESTS, os.path.join(_TESTS, "support")]  # the faults package; apis
 
 
 def _rss_kb() -> int:
