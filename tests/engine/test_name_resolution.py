@@ -1,7 +1,13 @@
-"""Host names are resolved outside the rounds: a name whose lookup hangs costs a round at most its
-master_timeout, and the master votes CONN_ERROR with the resolver's reason; engines start the
-lookups of their masters' names when they are made; a lookup that fails after one that answered
-leaves the last address serving until its stale lifetime ends."""
+"""Masters given by host name.  Names are resolved outside the rounds (the engines' resolver):
+
+* a name whose lookup hangs costs a round at most its master_timeout, and the master votes
+  CONN_ERROR with the resolver's reason; a quorum does not wait for it;
+* engines start the lookups of their masters' names when they are made;
+* a lookup that fails after one that answered leaves the last address serving until its stale
+  lifetime ends;
+* a name that does not resolve costs acquire, extend and release nothing, and the master votes
+  CONN_ERROR with the resolver's reason; `localhost` works.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +18,15 @@ import uuid
 
 import pytest
 from apis import api_fixture, both_apis, make_redlock_fixture  # noqa: F401
-from support import EXTRA_SLACK, attempt_votes, urls, wait_until
+from support import (
+    EXTRA_SLACK,
+    FOREIGN,
+    assert_no_key,
+    assert_values,
+    attempt_votes,
+    urls,
+    wait_until,
+)
 
 from hiredlock import Outcome, QuorumUnreachable
 from hiredlock._core.masters import MasterSpec
@@ -142,3 +156,66 @@ def test_failed_refresh_keeps_the_last_address(
     assert not got, votes
     ((outcome, detail),) = votes
     assert outcome == Outcome.CONN_ERROR and f"cannot resolve {host!r}" in detail, votes
+
+
+# -- names that do not resolve, localhost ----------------------------------------------------------
+
+
+TTL = 10.0
+QUICK = 1.0 + EXTRA_SLACK  # "well under" the seconds a blocking getaddrinfo can take
+
+
+def timed(call):
+    t0 = time.monotonic()
+    result = call()
+    return result, time.monotonic() - t0
+
+
+def check_cycle(rl, servers, key, bad):
+    """acquire, extend, release each succeed quickly; the named-but-unresolved master `bad`
+    votes CONN_ERROR with the resolver's reason."""
+    lock = rl.lock(key, TTL)
+    for attempt in range(2):  # the first calls may wait once for the lookup; the later never
+        got, elapsed = timed(lambda: lock.acquire(blocking=False))
+        assert got and elapsed < QUICK, (attempt, got, elapsed)
+        _, elapsed = timed(lock.extend)
+        assert elapsed < QUICK
+        _, elapsed = timed(lock.release)
+        assert elapsed < QUICK
+        assert_no_key(servers, key)
+    # the votes: a refused acquire keeps them
+    holder = f"{key}:held"
+    for srv in servers:
+        srv.admin().set(holder, FOREIGN)
+    refused = rl.lock(holder, TTL)
+    got, elapsed = timed(lambda: refused.acquire(blocking=False))
+    assert not got and elapsed < QUICK
+    vote = refused.last_votes[bad]
+    assert vote.outcome == Outcome.CONN_ERROR, refused.last_votes
+    assert "resolve" in (vote.detail or ""), vote
+    states = rl.inspect(key)
+    assert states[bad].outcome == Outcome.CONN_ERROR
+    assert "resolve" in (states[bad].detail or "")
+
+
+def test_unresolvable_master_costs_nothing(engine, masters5, make_redlock, key):
+    servers = masters5[:2]
+    bad_host = f"no-such-host-{uuid.uuid4().hex[:8]}.invalid"
+    urls = [servers[0].url, f"redis://{bad_host}:6379/0", servers[1].url]
+    rl = make_redlock(urls, master_timeout=MASTER_TIMEOUT)
+    check_cycle(rl, servers, key, 1)
+
+
+def test_localhost_masters(engine, masters5, make_redlock, key):
+    servers = masters5[:3]
+    rl = make_redlock([f"redis://localhost:{s.port}/0" for s in servers])
+    lock = rl.lock(key, TTL)
+    assert lock.acquire(blocking=False)
+    # (eventually: the round may have ended on a quorum before the last master answered)
+    assert_values(servers, key, lock.token)
+    lock.extend()
+    states = rl.inspect(key)
+    assert [s.outcome for s in states] == [Outcome.OK] * 3
+    assert all(s.ours for s in states)
+    lock.release()
+    assert_no_key(servers, key)

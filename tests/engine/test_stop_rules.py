@@ -1,10 +1,13 @@
-"""The engine contract's stop rules, beside tests/test_lagging_masters.py and
-tests/test_cold_connections.py:
+"""The engine contract's stop rules: which masters a round waits for, and how long.
 
-* once the outcome is decided, a master that let an earlier round time out is not waited for (a
-  stopped master does not cost every release and extend its master_timeout);
-* a master whose connection opens in the round has CONNECT_TIMEOUT_MIN_MS from the round's start,
-  whatever the master_timeout, while masters connected before keep the master_timeout.
+* Once the outcome is decided, a master that let an earlier round time out (it "lags": it still
+  owes that round's reply) is not waited for: a stopped master does not cost every release and
+  extend its master_timeout.
+* While a key is undecided a lagging master is waited for: skipping a master whose answer can
+  change the outcome would be a false failure (a LockLost for a lock that is held).
+* A master whose connection opens in the round has CONNECT_TIMEOUT_MIN_MS from the round's start,
+  whatever the master_timeout, while masters connected before keep the master_timeout (the
+  connect allowance itself: tests/engine/test_connect.py).
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ import time
 
 import pytest
 from round_support import DebugSleep
+from support import assert_no_key, assert_pttl_between, debug_sleep, urls
 
-from hiredlock import QuorumUnreachable
+from hiredlock import LockLost, QuorumUnreachable
 
 MASTER_TIMEOUT = 0.5
 TTL = 10.0
@@ -59,3 +63,42 @@ def test_a_new_connection_has_the_connect_bound(engine, masters5, make_redlock, 
             rl.lock(key + ":warm", 1.0).acquire(blocking=False)
     finally:
         sleep.finish()
+
+
+# -- a lagging master while the outcome is undecided -----------------------------------------------
+
+
+# The sleeping masters make the first round time out (after MASTER_TIMEOUT) and wake up in the
+# middle of the second one: about 0.25 s of margin on either side.
+SLEEP_S = 0.8
+
+
+@pytest.mark.parametrize("op", ["extend", "release"])
+@pytest.mark.parametrize(
+    "n_masters, n_lagging", [(1, 1), (3, 2)], ids=["one-master", "two-of-three-lagging"]
+)
+def test_lagging_masters_are_waited_for_while_undecided(
+    engine, make_redlock, masters5, key, op, n_masters, n_lagging
+):
+    masters = masters5[:n_masters]
+    rl = make_redlock(urls(masters), master_timeout=MASTER_TIMEOUT)
+    first, second = rl.lock(key + ":first", TTL), rl.lock(key + ":second", TTL)
+    assert first.acquire(blocking=False)
+    assert second.acquire(blocking=False)
+    sleepers = debug_sleep(masters[:n_lagging], SLEEP_S)
+    try:
+        with pytest.raises(LockLost):
+            first.extend()  # times out on the sleeping masters: they lag from now on
+        # They wake up within this round's master_timeout, and a quorum needs them.
+        if op == "extend":
+            second.extend(60)
+        else:
+            second.release()
+    finally:
+        for sock in sleepers:
+            sock.close()
+    if op == "extend":
+        assert second.held
+        assert_pttl_between(masters, key + ":second", 30_000, 60_000)
+        second.release()
+    assert_no_key(masters, key + ":second")
