@@ -81,7 +81,7 @@ bench: install
 wheel-check: deps
 	PYTHON=$(PYTHON) bash tools/wheel_check.sh
 
-# Tier-2 fault-injection soak (tests/test_fault_soak.py, marker `soak`; skipped by `make test`):
+# Tier-2 fault-injection soak (tests/faults/test_soak.py, marker `soak`; skipped by `make test`):
 # 10,000 contended acquisitions under a nemesis, then the same with the masters in a network
 # namespace (root only: nftables is installed when missing; elsewhere that test is skipped with
 # the reason), then every lock kind at once under the nemesis (2,000 calls per kind). About 5 to

@@ -22,7 +22,8 @@ import pytest
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH_DIR)
 sys.path.insert(0, BENCH_DIR)
-sys.path.insert(1, os.path.join(ROOT, "tests"))  # servers.py: redis-servers started as the tests do
+# servers.py (redis-servers started as the tests do) and tls_support.py: the tests' helpers
+sys.path.insert(1, os.path.join(ROOT, "tests", "support"))
 
 from servers import RedisServer  # noqa: E402
 
@@ -75,7 +76,8 @@ def placement() -> str:
 
 @pytest.fixture(scope="session")
 def masters(placement, recorder):
-    """Five redis-servers on free loopback ports, started like the tests' (tests/servers.py).
+    """Five redis-servers on free loopback ports, started like the tests'
+    (tests/support/servers.py).
 
     Started from this process, they inherit its CPU affinity: under `taskset -c 0` they run on
     CPU 0 too, which is checked and recorded.

@@ -47,8 +47,10 @@ SDIST_REQUIRED = (
     "src/hiredlock/_native.pyi",
     "tools/build_hiredis.sh",
     "tests/conftest.py",
-    "tests/test_wheel_smoke.py",
-    "tests/test_bad_input.py",
+    "tests/support/servers.py",
+    "tests/support/support.py",
+    "tests/engine/test_wheel_smoke.py",
+    "tests/api/test_bad_input.py",
 )
 # Build artefacts and caches: never in a distribution.
 FORBIDDEN = (

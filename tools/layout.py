@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NAME_WIDTH = 28
 WIDTH = 100
 FOLDERS = {
-    "tests/": "real redis-servers; every API test on both engines and, where it applies, both APIs",
+    "tests/": "real redis-servers; every API test on both engines and, where it applies, both APIs;"
+    " by subject: engine/, api/, kinds/, faults/ (the scenarios and the fault proxy), cli/, and"
+    " support/ (the helpers and worker scripts)",
     "bench/": "pytest-benchmark: both engines, both APIs, the peers, on the same servers",
     "docs/": "the longer guides (TLS, Sentinel, testing, wheels)",
     "tools/": "the wheel check, the dist check, this layout",

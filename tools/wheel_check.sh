@@ -87,7 +87,7 @@ logged install-wheel "$WORK/venv/bin/python" -m pip install -q "$REPAIRED[test]"
 mkdir -p "$WORK/run"
 cp -r tests "$WORK/run/tests"
 cp pyproject.toml "$WORK/run/"  # pytest's settings (markers, faulthandler_timeout)
-rm -rf "$WORK/run/tests/__pycache__"
+find "$WORK/run/tests" -name __pycache__ -prune -exec rm -rf {} +
 : >"$WORK/empty"
 
 # Every name under which the loader finds the system libhiredis, resolved to the real files.
@@ -111,7 +111,7 @@ unshare -m bash -euo pipefail -c '
   NATIVE="$("$PY" -c "import hiredlock._native as n; print(n.__file__)")"
   echo "ldd: $(ldd "$NATIVE" | grep hiredis)"
   ldd "$NATIVE" | grep hiredis | grep -q "hiredlock.libs" || { echo "wheel-check: libhiredis not from the wheel" >&2; exit 1; }
-  HIREDLOCK_TEST_INSTALLED=1 "$PY" tests/test_wheel_smoke.py
+  HIREDLOCK_TEST_INSTALLED=1 "$PY" tests/engine/test_wheel_smoke.py
   echo "pytest $PYTEST_ARGS in $PWD against the installed wheel..."
   PYTEST="HIREDLOCK_TEST_INSTALLED=1 \"\$PY\" -m pytest -q -o cache_dir=\"\$WORK/pytest-cache\""
   if eval "$PYTEST $PYTEST_ARGS" >"$WORK/logs/suite.log" 2>&1; then
@@ -173,8 +173,8 @@ HIREDLOCK_NO_EXTENSIONS=1 logged no-headers-pure unshare -m bash "$WORK/pip-inst
   cd "$WORK/run"
   export HIREDLOCK_NO_EXTENSIONS=1 HIREDLOCK_TEST_INSTALLED=1
   "$WORK/venv-src/bin/python" -m pip install -q "pytest>=7" "redis>=5.0"
-  "$WORK/venv-src/bin/python" tests/test_wheel_smoke.py
-  "$WORK/venv-src/bin/python" -m pytest -q -p no:cacheprovider tests/test_wheel_smoke.py
+  "$WORK/venv-src/bin/python" tests/engine/test_wheel_smoke.py
+  "$WORK/venv-src/bin/python" -m pytest -q -p no:cacheprovider tests/engine/test_wheel_smoke.py
 ) >"$WORK/logs/pure-smoke.log" 2>&1 || { tail -n 40 "$WORK/logs/pure-smoke.log" >&2; die "pure-Python install"; }
 grep "^engines:" "$WORK/logs/pure-smoke.log" | sed 's/^/HIREDLOCK_NO_EXTENSIONS=1: installs; /'
 tail -n 1 "$WORK/logs/pure-smoke.log"

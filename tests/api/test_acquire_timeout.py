@@ -1,4 +1,4 @@
-"""Feature 1: acquire(timeout=...) is an overall deadline; timeout=None waits until the holder
+"""acquire(timeout=...) is an overall deadline; timeout=None waits until the holder
 releases, and returns soon after the release."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Mutual exclusion on hiredlock.aio under heavy contention: 1,000 tasks in 2 processes (500 tasks
 of one AsyncRedlock each, one process on the asyncio loop and the other on uvloop) all want ONE
-lock name, each acquiring it once with a blocking acquire (tests/aio_contention_worker.py).
+lock name, each acquiring it once with a blocking acquire (tests/support/aio_contention_worker.py).
 
 Oracles, none of them trusting the library:
 * occupancy: every critical section INCRs a counter on a judge server (a redis-server that is not

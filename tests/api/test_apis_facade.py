@@ -1,4 +1,4 @@
-"""The facade that runs the sync API tests on hiredlock.aio (tests/apis.py) does what it claims:
+"""The facade that runs the sync API tests on hiredlock.aio (support/apis.py) does what it claims:
 the async parametrisation really drives an AsyncRedlock, each calling thread is served by one task
 (so RLock ownership per thread maps to AsyncRLock ownership per task), and exceptions come back as
 the very instances raised, KeyboardInterrupt included, without stopping the loop."""

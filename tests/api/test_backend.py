@@ -1,4 +1,4 @@
-"""Acceptance 6: engine selection, checked in clean subprocesses (HIREDLOCK_IMPL read at import)."""
+"""Engine selection, checked in clean subprocesses (HIREDLOCK_IMPL read at import)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Feature 5: an exception raised inside `with lock:` (Lock and RLock) or inside a function
+"""An exception raised inside `with lock:` (Lock and RLock) or inside a function
 decorated with @rl.synchronized releases the lock and propagates unchanged; KeyboardInterrupt
 too.  After each, the key is gone from every master and a rival acquires at once."""
 

@@ -1,4 +1,4 @@
-"""Acceptance 7: 4 processes x 500 acquisitions of one name.  A counter on a separate judge
+"""4 processes x 500 acquisitions of one name.  A counter on a separate judge
 redis-server, incremented non-atomically (GET then SET) under the lock, ends equal to the number of
 successful acquisitions (lost updates would mean two holders at once)."""
 

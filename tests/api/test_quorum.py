@@ -1,4 +1,4 @@
-"""Acceptance 1: quorum.  For N = 1..5 masters and every subset of them already holding the key
+"""Quorum.  For N = 1..5 masters and every subset of them already holding the key
 (a foreign value with a 60 s expiry), a non-blocking acquire succeeds iff at least N//2+1 masters
 are free; foreign keys are never touched; a failed attempt leaves no key of ours anywhere; a
 release after success leaves no key of ours anywhere."""

@@ -1,4 +1,4 @@
-"""Acceptance 4: release never deletes another holder's key; extend never revives an expired key;
+"""Release never deletes another holder's key; extend never revives an expired key;
 both survive SCRIPT FLUSH (EVALSHA -> NOSCRIPT -> EVAL).  Plus NotHeld semantics."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Acceptance 5: tokens are 40 lowercase hex chars, unique over 100,000 acquisitions, differ between
+"""Tokens are 40 lowercase hex chars, unique over 100,000 acquisitions, differ between
 a parent and its forked children; a forked child never talks on its parent's sockets."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Acceptance 2: validity.
+"""Validity.
 
 Two bounds are checked on every success:
 

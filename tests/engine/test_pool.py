@@ -1,5 +1,5 @@
 """The engine pool gives connections back after a burst of threads (a forked child closing the
-sockets it inherited: test_fork_sockets.py)."""
+sockets it inherited: tests/api/test_fork.py)."""
 
 from __future__ import annotations
 

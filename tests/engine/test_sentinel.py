@@ -1,4 +1,4 @@
-"""Sentinel-managed masters (tests/sentinels.py: a master, its replica and three sentinels, real
+"""Sentinel-managed masters (support/sentinels.py: a master, its replica and three sentinels, real
 processes): given as a redis+sentinel:// URL, a dict or a redis-py Sentinel client, a group is one
 master of a Redlock, wherever the sentinels say it is now.
 

@@ -1,9 +1,9 @@
 """TLS masters (rediss://, dicts with ssl=True or an ssl_context, redis-py clients with ssl=True),
 on both engines and both APIs.
 
-The servers (tests/servers.py, `tls=`) listen for TLS on a second port; the tests' own checks
-(srv.admin(), support.assert_values ...) use the plaintext port.  Certificates: tests/tls_support.py
-(trustme; the `tls_certs` fixture).
+The servers (tests/support/servers.py, `tls=`) listen for TLS on a second port; the tests' own
+checks (srv.admin(), support.assert_values ...) use the plaintext port.  Certificates:
+tests/support/tls_support.py (trustme; the `tls_certs` fixture).
 
 * a lock's whole life (acquire, extend, release, fencing, acquire_many and release_many) over TLS,
   with and without a client certificate, for every way of naming a TLS master;

@@ -1,8 +1,8 @@
 """Smoke test of an installed hiredlock (a wheel), with no redis-server: cibuildwheel's test-command
 and `make wheel-check` run it against the installed package, from outside the source tree.
 
-    python tests/test_wheel_smoke.py        # reports the engine, the hiredis version and the paths
-    python -m pytest tests/test_wheel_smoke.py
+    python tests/engine/test_wheel_smoke.py  # reports the engine, the hiredis version, the paths
+    python -m pytest tests/engine/test_wheel_smoke.py
 
 Environment:
   HIREDLOCK_NO_EXTENSIONS=1       the pure wheel: the native engine must be absent.

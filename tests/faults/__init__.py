@@ -1,4 +1,4 @@
-"""Reusable fault-injection fixtures for the hiredlock tests (the tests are tests/test_fault_*.py).
+"""Reusable fault-injection fixtures for the hiredlock tests (the tests are tests/faults/test_*.py).
 
     proxy.py     FaultProxy: our own asyncio TCP proxy (a child process), one listener per master,
                  modes pass, latency, blackhole, reset, drop_replies, half_reply

@@ -1,4 +1,4 @@
-"""What the lock kinds' tier-1 files (test_fault_semaphore, _rwlock, _fairlock) share: the
+"""What the lock kinds' tier-1 files (faults/test_semaphore, test_rwlock, test_fairlock) share: the
 minority faults they run, the scenario on 2 faulted masters of 5, and the `fault_api` fixture on
 both APIs (a module imports `both_apis` to run its scenarios on sync and async)."""
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 # B1 (FIXED upstream in bfba2ba, "lagging only set"): the python engine's _abandon() cleared a
 # master's `lagging` flag after a round decided early, so a frozen or slow minority cost every
 # release, extend and fence raise a full master_timeout (native: only the first).  Pinned by
-# tests/test_fault_regressions.py::test_frozen_minority_costs_release_one_timeout.
+# tests/faults/test_regressions.py::test_frozen_minority_costs_release_one_timeout.
 B1 = "library bug B1 (fixed in bfba2ba)"
 
 
@@ -22,8 +22,8 @@ def liveness_bug(engine: str, fault_kind: str) -> tuple[str, set] | None:
 # (drop_replies) or came after the round (a slow master) and the client made no further round, the
 # EVAL was never sent and the master kept the key until its ttl.  Fixed: each connection remembers
 # which scripts have run on it; until one has, it is sent as EVAL.  Pinned by
-# tests/test_fault_lost_replies.py::*[*-flushed] and
-# tests/test_fault_regressions.py::test_unlock_with_a_late_noscript.
+# tests/faults/test_lost_replies.py::*[*-flushed] and
+# tests/faults/test_regressions.py::test_unlock_with_a_late_noscript.
 # Left: a script cache flushed (SCRIPT FLUSH) under a live connection that has run the script,
 # and then a lost NOSCRIPT reply; the EVAL goes out with that connection's next round.
 B2 = "library bug B2 (fixed)"
@@ -31,8 +31,8 @@ B2 = "library bug B2 (fixed)"
 # B3 (FIXED upstream in e5f0a8d): the python engine reported -LOADING as CONN_ERROR without
 # its code (redis-py's BusyLoadingError is a ConnectionError) and dropped the "ERR" code of
 # generic error replies; the native engine reported ERROR with the server's text.  Pinned by
-# tests/test_fault_error_replies.py::test_loading and
-# tests/test_fault_regressions.py::test_generic_error_keeps_its_code.
+# tests/faults/test_error_replies.py::test_loading and
+# tests/faults/test_regressions.py::test_generic_error_keeps_its_code.
 B3 = "library bug B3 (fixed in e5f0a8d)"
 
 
@@ -43,7 +43,7 @@ B3 = "library bug B3 (fixed in e5f0a8d)"
 # together (a master that answered, then died), _refresh read the reply but not the end, and
 # kept the connection (3 of 15 runs): it now asks poll() for POLLRDHUP (elsewhere the socket,
 # hl_peer_closed) and replaces such a connection.  Pinned by
-# tests/test_fault_regressions.py::test_restarted_masters_used_in_the_next_round and
+# tests/faults/test_regressions.py::test_restarted_masters_used_in_the_next_round and
 # ::test_connections_closed_by_the_server_are_replaced.
 B4 = "library bug B4 (fixed)"
 
@@ -60,7 +60,7 @@ B4 = "library bug B4 (fixed)"
 # "A waiter keeps its place while it keeps trying").  E.g. a waiter with retry_delay=1.0 (window
 # 3.1 s): one acquire(blocking=False) by a client with retry_delay=0.01 cuts the keys' PTTL from
 # 3050 to 129 ms.  Pinned by
-# tests/test_fault_fairlock.py::test_a_shorter_window_keeps_a_waiters_place.
+# tests/faults/test_fairlock.py::test_a_shorter_window_keeps_a_waiters_place.
 B5 = "library bug B5 (fixed): a shorter-window client's attempt shortened the fair queue's TTL"
 
 # B6 (FIXED: a ticket stays queued until its call ends; where it took the lock, for as long as
@@ -74,7 +74,7 @@ B5 = "library bug B5 (fixed): a shorter-window client's attempt shortened the fa
 # agree, and no two waiters can each be first on part of the masters".  Two waiters woken
 # together then hand those masters to each other at every attempt (each partial win removes the
 # winner's ticket where it won): seen as a 1.2 s stall of the whole queue, 5 of 36 calls timing
-# out, in test_fault_fairlock's drop_replies scenario (async API, python engine; each failed
+# out, in faults/test_fairlock's drop_replies scenario (async API, python engine; each failed
 # attempt of the head voted TIMEOUT, TIMEOUT, OK, TAKEN, TAKEN).  Pinned by
-# tests/test_fault_fairlock.py::test_a_minority_win_keeps_the_waiters_place.
+# tests/faults/test_fairlock.py::test_a_minority_win_keeps_the_waiters_place.
 B6 = "library bug B6 (fixed): a fair attempt that won a minority dropped its ticket there"

@@ -1,4 +1,4 @@
-"""Masters with fault methods: N redis-servers (tests/servers.py), each behind a proxy listener.
+"""Masters with fault methods: N redis-servers (support/servers.py), each behind a proxy listener.
 
     masters = FaultyMasters(5)             # free ports; --enable-debug-command local
     masters.urls("direct")                 # the servers themselves (process faults)

@@ -1,6 +1,6 @@
 """pytest plugin of the fault tests: fixtures, the `soak` marker, the scenario summary.
 
-Loaded by every tests/test_fault_*.py with `pytest_plugins = ["faults.plugin"]`, so it works when
+Loaded by every tests/faults/test_*.py with `pytest_plugins = ["faults.plugin"]`, so it works when
 one file is run alone too.  A module that sets `FAULT_TIER = 2` has all its tests marked `soak`;
 soak tests run only when asked for (`-m soak`, or HIREDLOCK_SOAK=1: what `make soak` does) and
 are skipped, with the reason, in the default run.
@@ -99,7 +99,7 @@ def worker_pool(_worker_pool):
 @pytest.fixture
 def fault_api() -> str:
     """The API the scenarios' clients use: "sync" here; a module that runs the scenarios on the
-    async API (tests/test_aio_faults.py) overrides this fixture with one returning "async"."""
+    async API (tests/faults/test_async_api.py) overrides this fixture with one returning "async"."""
     return "sync"
 
 

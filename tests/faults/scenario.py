@@ -107,7 +107,7 @@ class Lab:
     masters: object
     judge: object  # a RedisServer no fault touches
     pool: object
-    # "sync": hiredlock.Redlock; "async": hiredlock.aio.AsyncRedlock, through tests/apis.py's
+    # "sync": hiredlock.Redlock; "async": hiredlock.aio.AsyncRedlock, through support/apis.py's
     # facade (its calls run as tasks of an event loop), here and in the worker processes.
     api: str = "sync"
     # The event loop of the worker processes' AsyncRedlocks ("asyncio" or "uvloop"); the test

@@ -1,4 +1,4 @@
-"""Fault injection, tier 1, on the async API (acceptance 3): the minority, majority, lost-replies,
+"""Fault injection, tier 1, on the async API: the minority, majority, lost-replies,
 slow-quorum and error-reply scenarios run again, unchanged, with every client an
 hiredlock.aio.AsyncRedlock on both engines, and must show the same 0 violations.
 
@@ -8,11 +8,11 @@ fenced register, leak scan, untyped exceptions) are the same by construction.  W
 the API, through two fixtures this module overrides:
 
 * `fault_api` (faults.plugin) = "async": Scenario.redlock() hands out an AsyncRedlock behind
-  tests/apis.py's facade (its calls run as tasks of an asyncio event loop; the slow-quorum tests'
+  support/apis.py's facade (its calls run as tasks of an asyncio event loop; the slow-quorum tests'
   10 threads become 10 tasks sharing one AsyncRedlock, so their rounds go out batched), and the
   contending worker processes build theirs the same way (faults.worker, "api": "async");
 * `fault_worker_loop` (faults.plugin) = "uvloop": those workers' loops are uvloop's;
-* `api` (tests/apis.py) = "async": the error-reply tests' `make_redlock` builds AsyncRedlocks.
+* `api` (support/apis.py) = "async": the error-reply tests' `make_redlock` builds AsyncRedlocks.
 
 Not repeated here: the error-reply tests that already run on both APIs in their own module
 (@both_apis: the NOSCRIPT fallback ones).
@@ -66,7 +66,7 @@ def fault_worker_loop() -> str:
 
 @pytest.fixture
 def api() -> str:
-    """`make_redlock` (tests/apis.py) builds AsyncRedlocks."""
+    """`make_redlock` (tests/support/apis.py) builds AsyncRedlocks."""
     return "async"
 
 

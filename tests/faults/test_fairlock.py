@@ -19,7 +19,7 @@ oracles:
 * the leak scan: every key's TTL; the queue's keys hiredlock:fair:q:/e:<name> are allowed for one
   waiting window (they expire on their own within it after the last waiter, e.g. one whose
   leaving missed a faulted master), not longer;
-* success rates and the uncontended latency bound as in test_fault_minority.
+* success rates and the uncontended latency bound as in faults/test_minority.
 
 The negative control runs a plain (non-fair) lock under the same schedule: its waiters race on
 each release, and the order oracle must report the inversions.

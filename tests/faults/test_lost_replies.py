@@ -1,4 +1,4 @@
-"""Fault injection, tier 1, acceptance 3: lost replies.  The proxy lets requests reach the masters
+"""Fault injection, tier 1: lost replies.  The proxy lets requests reach the masters
 and throws their replies away (drop_replies).
 
 * On 2 of 5: acquire/release cycles; 100 ms after each release no master (faulted ones included:

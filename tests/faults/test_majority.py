@@ -1,4 +1,4 @@
-"""Fault injection, tier 1, acceptance 2: a majority (3 of 5 masters) faulted, one scenario per
+"""Fault injection, tier 1: a majority (3 of 5 masters) faulted, one scenario per
 kind of fault.  Every attempt fails, with a typed error (QuorumUnreachable), within its documented
 time bound; the live masters keep no key of the attempt; after the heal no master keeps any.
 

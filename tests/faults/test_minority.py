@@ -1,4 +1,4 @@
-"""Fault injection, tier 1, acceptance 1: a minority (2 of 5 masters) faulted, one scenario per
+"""Fault injection, tier 1: a minority (2 of 5 masters) faulted, one scenario per
 kind of fault.  Uncontended acquisitions (one client, fresh names, acquire(blocking=False)) and
 contended ones (4 worker processes, one name, acquire(timeout=2)): at least 99% succeed, every
 oracle reports 0 violations, the leak scan is clean, each uncontended acquire returns within the

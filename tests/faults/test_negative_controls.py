@@ -1,4 +1,4 @@
-"""Fault injection, tier 1, acceptance 6: negative controls.  Setups whose violation is certain
+"""Fault injection, tier 1: negative controls.  Setups whose violation is certain
 (or certainly absent) show that the oracles see what they must, and only that.
 
 * A master set restarted empty at once while a lock is held: holder A took the lock on all five

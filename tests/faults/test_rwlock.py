@@ -15,7 +15,7 @@ critical section.  The oracles (faults.oracles, on the judge server):
 * the leak scan: every key's TTL, the readers' entries hiredlock:rw:r:<name> (each must expire
   within the ttl after the last release), and the marks hiredlock:rw:ww:/rw:/rp: (left on
   purpose by refused attempts: allowed, but none set for longer than the waiting window);
-* success rates and the uncontended latency bound as in test_fault_minority.
+* success rates and the uncontended latency bound as in faults/test_minority.
 
 The fault-free scenario is the positive control: 0 violations, readers did overlap (the most
 readers inside at once > 1) and writers did get in, so the oracle is exercised and can fail for

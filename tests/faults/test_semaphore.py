@@ -10,7 +10,7 @@ followed by the critical section.  The oracles (faults.oracles, on the judge ser
 * each permit judged as a lock of its own (interval, occupancy and lost-update oracles on
   <name>:p<index>);
 * the leak scan of every key on the masters, permit keys hiredlock:permit:<i>:<name> included;
-* success rates and the uncontended latency bound as in test_fault_minority.
+* success rates and the uncontended latency bound as in faults/test_minority.
 
 The fault-free scenario is the positive control: 0 violations and the occupancy reached PERMITS
 (the workload does fill the semaphore, so the limit is tested and not merely unreached).  The

@@ -1,4 +1,4 @@
-"""Fault injection, tier 1, acceptance 4: a slow quorum.  The proxy delays every chunk by 600 ms
+"""Fault injection, tier 1: a slow quorum.  The proxy delays every chunk by 600 ms
 in each direction on 3 of 5 masters, ttl 1 s.
 
 * master_timeout 1 s with ttl 1 s is refused up front (ValueError: the timeout and the drift

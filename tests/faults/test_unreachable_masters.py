@@ -1,4 +1,4 @@
-"""Acceptance 3: faults.  Killed masters (connection refused), SIGSTOPped masters (connection
+"""Unreachable masters.  Killed masters (connection refused), SIGSTOPped masters (connection
 accepted by the kernel, no answer), and black-hole addresses (connect never completes)."""
 
 from __future__ import annotations

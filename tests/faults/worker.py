@@ -23,7 +23,7 @@ Commands:
   exit
 
 Every command may name the API its client uses: "api": "sync" (hiredlock.Redlock, the default) or
-"async" (hiredlock.aio.AsyncRedlock, driven through tests/apis.py's facade), and for "async" the
+"async" (hiredlock.aio.AsyncRedlock, driven through support/apis.py's facade), and for "async" the
 event loop: "loop": "asyncio" (the default) or "uvloop".
 """
 
@@ -58,7 +58,7 @@ def _votes(exc) -> str:
 def _redlock(cmd):
     """(client, end): the worker's client on the API the command names (key "api"), and what to
     call after closing it.  "sync" (the default): hiredlock.Redlock, end None.  "async": an
-    AsyncRedlock behind tests/apis.py's facade, whose calls run as tasks of an event loop in a
+    AsyncRedlock behind support/apis.py's facade, whose calls run as tasks of an event loop in a
     thread of this process; end() stops that loop."""
     import hiredlock
 
@@ -77,7 +77,7 @@ def _redlock(cmd):
 
 
 def _loop_thread(loop_thread_class, loop: str):
-    """A tests/apis.py LoopThread whose event loop is asyncio's or uvloop's (`loop`): its loop is
+    """A support/apis.py LoopThread whose event loop is asyncio's or uvloop's (`loop`): its loop is
     made with asyncio.new_event_loop(), which follows the event loop policy of the moment."""
     if loop == "asyncio":
         return loop_thread_class()
@@ -174,7 +174,7 @@ def _holders(rl, cmd, judge):
 
 def rwlock_sides(rl, name, ttl, **options):
     """(read, write): functions that make a new read lock and a new write lock of ONE RWLock
-    of `name` (rl.rwlock(name, ttl, **options)).  On the async API (`rl` a tests/apis.py
+    of `name` (rl.rwlock(name, ttl, **options)).  On the async API (`rl` a tests/support/apis.py
     facade of an AsyncRedlock) the AsyncRWLock is made in the facade's event loop and each
     AsyncReadLock / AsyncWriteLock is returned as its LockFacade (the Lock API, its calls run
     in the calling thread's task)."""

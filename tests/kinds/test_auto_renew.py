@@ -1,4 +1,4 @@
-"""Feature 2: auto_renew.  A watchdog thread per Redlock extends held locks every ~ttl/3; it stops
+"""auto_renew.  A watchdog thread per Redlock extends held locks every ~ttl/3; it stops
 after release(), after rl.close(), when the owner thread has ended, and max_hold after the acquire;
 a failed renewal marks the lock lost (lock.lost, on_lost(lock), validity 0, release() -> LockLost);
 on_lost then runs on a thread of its own, so that a slow callback delays no other renewal.

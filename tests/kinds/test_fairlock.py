@@ -5,7 +5,7 @@ waiter's place runs out). Blocking acquires made >= 10 ms apart are granted in t
 were made; a waiter keeps its place for the waiting window past its last attempt; a call that
 gives up leaves at once.
 
-On both engines and both APIs (tests/apis.py's facade: each thread calling a lock's acquire()
+On both engines and both APIs (support/apis.py's facade: each thread calling a lock's acquire()
 on the async API is served by a task of its own, so "a waiter" is a thread on the sync API and a
 task on the async one). Where a test needs to know the order of the waiters, it starts the next
 one only after the previous one's first attempt has reached every master (the queue's ZCARD

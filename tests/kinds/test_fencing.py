@@ -1,4 +1,4 @@
-"""Feature 4: fencing.  1,000 successive holders of one name in 4 processes get strictly
+"""Fencing.  1,000 successive holders of one name in 4 processes get strictly
 increasing fences in acquisition order.  Order is proven by a judge: each holder RPUSHes its fence
 to a list on a separate redis-server while it holds the lock, so the list is in acquisition order
 and must be strictly increasing.  Then one master is killed for good and another is SIGKILLed and

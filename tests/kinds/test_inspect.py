@@ -1,4 +1,4 @@
-"""Feature 6: rl.locked(name) and rl.inspect(name) agree with the keys the masters actually hold:
+"""rl.locked(name) and rl.inspect(name) agree with the keys the masters actually hold:
 all 2^5 masks of foreign keys, our own held lock (ours True exactly where our token is), another
 client's lock, keys without expiry or of another type, and a dead master."""
 

@@ -1,4 +1,4 @@
-"""Feature 3: RLock.  The owning thread acquires it again and again (counting); the masters keep
+"""RLock.  The owning thread acquires it again and again (counting); the masters keep
 the key until the last release; another thread (same RLock object, or another client's RLock)
 cannot acquire it in between and can right after."""
 

@@ -6,7 +6,7 @@ a readers' sorted set, hiredlock:rw:r:<name> (token -> expiry in ms on that mast
 three marks that expire on their own within the waiting window: a writer waiting
 (hiredlock:rw:ww:), readers waiting (:rw:) and the readers' pass (:rp:).
 
-On both engines and both APIs: tests/apis.py's facade has no rwlock() of its own, so `rwlock()`
+On both engines and both APIs: support/apis.py's facade has no rwlock() of its own, so `rwlock()`
 below gives the AsyncRWLock the RWLock's shape (read() and write() are made in the caller's task
 and come back as the facade of an AsyncReadLock / AsyncWriteLock: acquire, release, extend and
 `with` run in the calling thread's task). A waiter "in the background" is a thread, and on the

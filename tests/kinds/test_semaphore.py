@@ -1,7 +1,7 @@
 """Semaphores: Redlock.semaphore(name, permits, ttl) allows at most `permits` holders of `name` at
 a time, across every client. Permit i is a lock on its own key, `hiredlock:permit:<i>:<name>`.
 
-On both engines and both APIs (tests/apis.py's facade gives an AsyncSemaphore the Semaphore's
+On both engines and both APIs (support/apis.py's facade gives an AsyncSemaphore the Semaphore's
 shape: acquire() and `with` run in the calling thread's task), except where threads or a signal
 handler are the subject. The acceptance test runs 10 holders in 4 processes and counts them on a
 separate judge redis-server; the kill test SIGKILLs a process holding two permits."""

@@ -2,7 +2,7 @@
 waiting acquire (subscribed there through one pub/sub connection per master per client) tries
 again at once instead of at its retry timer.
 
-Both engines and both APIs (tests/apis.py), except where a fork is the subject. The timer and the
+Both engines and both APIs (support/apis.py), except where a fork is the subject. The timer and the
 notice are told apart by margins, not by tight timings: the waiters' retry_delay is 20 s, so the
 timer would wake them 10 s after their first attempt at the earliest, and their acquire's timeout
 (WAIT_S) is below that; a waiter the timer served gets the lock only at that deadline (its last

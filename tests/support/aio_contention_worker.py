@@ -1,4 +1,4 @@
-"""One process of tests/test_aio_contention.py: TASKS tasks of one AsyncRedlock contend for one
+"""One process of tests/api/test_aio_contention.py: TASKS tasks of one AsyncRedlock contend for one
 lock name, each acquiring it once (a blocking acquire) and running a critical section that feeds
 the oracles on a judge server, then releasing it.
 

@@ -1,4 +1,4 @@
-"""Helpers for the tests/test_features_*.py modules (auto_renew, rlock, fencing, inspect, ...).
+"""Helpers for the tests of the lock kinds and the API (auto_renew, rlock, fencing, inspect, ...).
 
 * `script_calls(servers)`: EVALSHA + EVAL calls per master, from INFO commandstats.  The lock's
   renewal (EXTEND), release and inspect scripts are all sent as EVALSHA (EVAL after NOSCRIPT), so an

@@ -1,4 +1,4 @@
-"""Helpers of the round tests (issue 11): DEBUG SLEEP started for sure before the caller goes on,
+"""Helpers of the round tests: DEBUG SLEEP started for sure before the caller goes on,
 and the mark for what the python engine does not do yet."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Certificates for the TLS tests (made with trustme, once per session, in a temporary directory).
 
 `make_certs(directory)` returns a `Certs`: paths of PEM files, and the ServerTls settings of the
-test servers built from them (tests/servers.py).  Every certificate but the wrong CA's comes from
+test servers built from them (support/servers.py).  Every certificate but the wrong CA's comes from
 one CA, `ca`; `wrong_ca` is a second, unrelated CA that signed nothing the servers use.
 """
 
