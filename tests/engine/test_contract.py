@@ -10,7 +10,7 @@ import pytest
 from support import kb
 
 from hiredlock._core import requests as _requests
-from hiredlock._core.config import parse_masters
+from hiredlock._core.masters import parse_masters
 from hiredlock._core.scripts import RELEASE, Outcome
 from hiredlock._engines import contract
 from hiredlock._engines.python_engine import PythonEngine
