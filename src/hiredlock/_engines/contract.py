@@ -5,7 +5,7 @@ does no sleeping, no retries and no policy: the API layer does those, once, for 
 the per-master rules (reconnect backoff, lagging masters, READONLY, Sentinel groups) live once in
 _engines/master_policy.py, handed to each round. An engine is used by one thread at a time (the
 API layer pools them). The whole surface both engines provide is the Protocols below (Engine, and
-Round for a round fed by a driver's events); tests/test_engine_contract.py checks both engines
+Round for a round fed by a driver's events); tests/engine/test_contract.py checks both engines
 against them.
 
 A round runs a request of hiredlock._core.requests (SetNx, RunScript, Cleanup): engine.run(request)
