@@ -4,7 +4,6 @@ batch's locks after an interrupt."""
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Sequence
 from typing import Any, Optional
@@ -21,14 +20,6 @@ from .lock_steps import LockBase, closed_while_acquiring, counted_acquire, unloc
 from .requests import SetNx, Steps, script
 from .session import Session
 from .tokens import new_token
-
-_OK = int(_scripts.Outcome.OK)
-_RELEASE = _scripts.RELEASE
-_EXTEND = _scripts.EXTEND
-_RELEASE_SHA = _RELEASE.sha
-_RELEASE_SOURCE = _RELEASE.source
-
-_log = logging.getLogger("hiredlock")
 
 
 def give_back_many_steps(

@@ -32,9 +32,6 @@ from .validation import Duration
 
 _OK = int(_scripts.Outcome.OK)
 _RELEASE = _scripts.RELEASE
-_EXTEND = _scripts.EXTEND
-_RELEASE_SHA = _RELEASE.sha
-_RELEASE_SOURCE = _RELEASE.source
 
 _log = logging.getLogger("hiredlock")
 
