@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ._core import fork as _fork
-from ._core.errors import HiredlockError, LockLost, LockNotAcquired, NotHeld
+from ._core.compat import Self
+from ._core.errors import HiredlockError, LockLost, LockNotAcquired, NotHeld, Vote
 from ._core.lock_steps import LockBase, acquire_deadline
 from ._core.tokens import new_token
 from ._core.validation import Duration
@@ -29,15 +30,23 @@ class WithStatement:
     __slots__ = ()
     _blocking_timeout: Optional[float]
     _generation: int
-    _last_votes: tuple
+    _last_votes: tuple[Vote, ...]
     _name: str | bytes
 
-    def __enter__(self: Any) -> Any:
+    if TYPE_CHECKING:  # what the lock classes this serves define
+
+        def acquire(self, blocking: bool = True, timeout: Optional[Duration] = None) -> bool: ...
+
+        def release(self) -> None: ...
+
+        def _held_by_parent(self) -> bool: ...
+
+    def __enter__(self) -> Self:
         if not self.acquire(timeout=self._blocking_timeout):
             raise LockNotAcquired(f"lock {self._name!r} was not acquired", self._last_votes)
         return self
 
-    def __exit__(self: Any, exc_type: Any, exc: Any, traceback: Any) -> None:
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
         # (no call before release() unless forked: each call is a point where CPython may run a
         # signal handler, and an interrupt there would skip the release)
         if self._generation != _fork.generation and self._held_by_parent():
@@ -60,7 +69,8 @@ class Lock(WithStatement, LockBase):
     @property
     def lost(self) -> threading.Event:
         """Set when the lock is found lost while held (a failed renewal or extend)."""
-        return LockBase.lost.fget(self)  # type: ignore[attr-defined]
+        event: threading.Event = super().lost
+        return event
 
     def acquire(self, blocking: bool = True, timeout: Optional[Duration] = None) -> bool:
         """Acquires the lock; True once held by a valid quorum.
@@ -85,7 +95,7 @@ class Lock(WithStatement, LockBase):
         try:
             if self._try_gate() is False and not (blocking and self._gate.enter(deadline_ns)):
                 return False  # another thread of this process held the lock object throughout
-            acquired = self._rounds.run(self._acquire_steps(blocking, deadline_ns), self._pin)
+            acquired: bool = self._rounds.run(self._acquire_steps(blocking, deadline_ns), self._pin)
         except BaseException:
             # An interrupt that came once the steps were over (the signal handler runs when the
             # driver, a call into C, returns here): the lock they took is given back.
@@ -143,7 +153,8 @@ class Lock(WithStatement, LockBase):
         return not owner.is_alive()
 
     def _start_renewal(self, acquisition: int, due_ns: int) -> bool:
-        return self._session.renewals.watchdog().watch(self._renew, acquisition, due_ns)
+        watching: bool = self._session.renewals.watchdog().watch(self._renew, acquisition, due_ns)
+        return watching
 
     def _call_on_lost_soon(self) -> None:
         # on the watchdog's callbacks thread: a slow on_lost delays no renewal
@@ -151,4 +162,5 @@ class Lock(WithStatement, LockBase):
 
     def _renew(self, acquisition: int) -> Optional[int]:
         """One renewal of `acquisition` (the watchdog calls it); when to renew next, or None."""
-        return self._rounds.run(self._renew_steps(acquisition), self._pin)
+        due_ns: Optional[int] = self._rounds.run(self._renew_steps(acquisition), self._pin)
+        return due_ns

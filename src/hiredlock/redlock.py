@@ -6,16 +6,19 @@ import functools
 import inspect
 import logging
 from collections.abc import Iterable
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Literal, Optional, TypeVar, overload
 
 from ._core import batches as _batches
 from ._core import lock_batches as _lock_batches
 from ._core import lock_state as _lock_state
 from ._core import lock_steps as _lock_steps
+from ._core import options as _options
 from ._core import validation as _validation
 from ._core.batches import KeyState
 from ._core.client import ClientBase, NameOrFactory
+from ._core.compat import Self, Unpack
 from ._core.errors import Vote
+from ._core.options import LockMakerOptions, LockOptions
 from ._core.validation import Duration
 from ._sync.flavour import BLOCKING
 from .fairlock import FairLock
@@ -62,19 +65,33 @@ class Redlock(ClientBase):
 
     _flavour = BLOCKING
 
+    @overload
     def lock(
         self,
         name: str | bytes,
         ttl: Duration,
         *,
-        blocking_timeout: Optional[Duration] = None,
-        auto_renew: bool = False,
-        max_hold: Optional[Duration] = None,
-        on_lost: Optional[Callable[[Lock], Any]] = None,
-        max_extensions: Optional[int] = None,
-        fencing: bool = False,
-        wake: Optional[bool] = None,
-        fair: bool = False,
+        fair: Literal[False] = False,
+        **options: Unpack[LockOptions[Lock]],
+    ) -> Lock: ...
+
+    @overload
+    def lock(
+        self,
+        name: str | bytes,
+        ttl: Duration,
+        *,
+        fair: Literal[True],
+        **options: Unpack[LockOptions[Lock]],
+    ) -> FairLock: ...
+
+    @overload
+    def lock(
+        self, name: str | bytes, ttl: Duration, *, fair: bool, **options: Unpack[LockOptions[Lock]]
+    ) -> Lock: ...
+
+    def lock(
+        self, name: str | bytes, ttl: Duration, **options: Unpack[LockMakerOptions[Lock]]
     ) -> Lock:
         """A lock on `name` (the Redis key) held for `ttl` seconds at most. No I/O happens here.
 
@@ -89,19 +106,11 @@ class Redlock(ClientBase):
         wake:             woken by release notices while waiting (None: this Redlock's `wake`).
         fair:             a FairLock: blocking acquires are granted in the order they were made.
         """
+        _options.check("Redlock.lock", options, LockMakerOptions)
+        fair = options.pop("fair", False)
         fair = fair if fair is False else _validation.flag(fair, "fair")
-        return (FairLock if fair else Lock)(
-            self,
-            name,
-            ttl,
-            blocking_timeout=blocking_timeout,
-            auto_renew=auto_renew,
-            max_hold=max_hold,
-            on_lost=on_lost,
-            max_extensions=max_extensions,
-            fencing=fencing,
-            wake=wake,
-        )
+        lock_options: LockOptions[Lock] = options
+        return (FairLock if fair else Lock)(self, name, ttl, **lock_options)
 
     def acquire_many(self, names: Iterable[str | bytes], ttl: Duration) -> list[Optional[Lock]]:
         """Tries to acquire every name at once: one round trip to each master for the batch.
@@ -117,7 +126,8 @@ class Redlock(ClientBase):
         pin = _lock_state.share_pin(locks)
         steps = _lock_batches.acquire_many_steps(self._session, locks)
         try:
-            return self._session.rounds.run(steps, pin)
+            acquired: list[Optional[Lock]] = self._session.rounds.run(steps, pin)
+            return acquired
         except BaseException:
             # An interrupt once the steps were over (a signal handler runs as the driver
             # returns): the names they took are given back.
@@ -135,7 +145,7 @@ class Redlock(ClientBase):
         self._session.rounds.run(steps, _lock_state.pin_of(batch))
 
     def semaphore(
-        self, name: str | bytes, permits: int, ttl: Duration, **options: Any
+        self, name: str | bytes, permits: int, ttl: Duration, **options: Unpack[LockOptions[Lock]]
     ) -> Semaphore:
         """A semaphore: at most `permits` holders of `name` at a time, across every client.
 
@@ -146,27 +156,31 @@ class Redlock(ClientBase):
         fencing is refused (a fence orders the holders of one name, permits are held side by
         side). No I/O happens here.
         """
+        _options.check("Redlock.semaphore", options, LockOptions)
         return Semaphore(self, name, permits, ttl, **options)
 
-    def rwlock(self, name: str | bytes, ttl: Duration, **options: Any) -> RWLock:
+    def rwlock(
+        self, name: str | bytes, ttl: Duration, **options: Unpack[LockOptions[Lock]]
+    ) -> RWLock:
         """A read-write lock: `rw.read()` and `rw.write()` make lock objects for many readers or
         one writer of `name` (writers preferred: a waiting writer holds back new readers, and
         readers that waited for a writer go before the next one). Options as lock()'s, per
         holder; fencing is refused. No I/O happens here."""
+        _options.check("Redlock.rwlock", options, LockOptions)
         return RWLock(self, name, ttl, **options)
 
-    def rlock(self, name: str | bytes, ttl: Duration, **options: Any) -> RLock:
+    def rlock(
+        self, name: str | bytes, ttl: Duration, **options: Unpack[LockOptions[Lock]]
+    ) -> RLock:
         """A reentrant lock: its owning thread may acquire it again (same options as lock())."""
+        _options.check("Redlock.rlock", options, LockOptions)
         return RLock(self, name, ttl, **options)
 
     def synchronized(
         self,
         name: NameOrFactory,
         ttl: Duration,
-        *,
-        blocking_timeout: Optional[Duration] = None,
-        auto_renew: bool = False,
-        **options: Any,
+        **options: Unpack[LockMakerOptions[Lock]],
     ) -> Callable[[_F], _F]:
         """Decorator: the function runs only while holding the lock `name`.
 
@@ -177,7 +191,8 @@ class Redlock(ClientBase):
         e.g. `lambda order_id: f"order:{order_id}"`. The lock is released when the function
         returns or raises; LockNotAcquired is raised if it cannot be had within blocking_timeout.
         """
-        make = self._lock_factory(name, ttl, blocking_timeout, auto_renew, options)
+        _options.check("Redlock.synchronized", options, LockMakerOptions)
+        make = self._lock_factory(self.lock, name, ttl, options)
 
         def decorate(func: _F) -> _F:
             _refuse_lazy_bodies(func)
@@ -206,7 +221,8 @@ class Redlock(ClientBase):
         first lock of a fresh client may be held by a bare quorum. Returns each master's vote (OK:
         connected); raises nothing for masters that failed. Optional: every round connects what
         it needs. With threads, each thread's first round uses an engine of its own."""
-        return self._session.rounds.run(_batches.connect_steps(self._session))
+        votes: tuple[Vote, ...] = self._session.rounds.run(_batches.connect_steps(self._session))
+        return votes
 
     def locked(self, name: str | bytes) -> bool:
         """True if a majority of the masters hold a key for `name` (anyone's lock)."""
@@ -214,7 +230,9 @@ class Redlock(ClientBase):
 
     def inspect(self, name: str | bytes) -> list[KeyState]:
         """Asks every master what it holds for `name`: exists, PTTL, and whether it is ours."""
-        return self._session.rounds.run(_batches.inspect_steps(self._session, name))
+        steps = _batches.inspect_steps(self._session, name)
+        states: list[KeyState] = self._session.rounds.run(steps)
+        return states
 
     def close(self) -> None:
         """Stops auto-renewal, releases the locks it still holds, and closes every connection.
@@ -240,7 +258,7 @@ class Redlock(ClientBase):
             _log.warning("hiredlock: acquires under way after %g s of close()", CLOSE_SETTLE_S)
         session.close_rounds()
 
-    def __enter__(self) -> Redlock:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:

@@ -4,8 +4,10 @@ reentrancy is _core/reentrant.py's, shared with hiredlock.aio.AsyncRLock)."""
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
+from ._core.compat import Unpack
+from ._core.options import LockOptions
 from ._core.reentrant import ReentrantBase
 from ._core.validation import Duration
 from ._sync.gate import ThreadGate
@@ -15,30 +17,26 @@ if TYPE_CHECKING:
     from .redlock import Redlock
 
 
-class RLock(WithStatement, ReentrantBase):
+class RLock(WithStatement, ReentrantBase[Lock]):
     """Like threading.RLock, across machines. Made by Redlock.rlock(); shared by threads.
 
     Inside one process, a thread that does not own it waits on a local gate first (no network
     traffic while a sibling thread holds it), then takes the distributed lock with its own Lock.
     """
 
-    def __init__(self, redlock: Redlock, name: str | bytes, ttl: Duration, **options: Any) -> None:
-        ReentrantBase.__init__(
-            self,
-            lambda: Lock(redlock, name, ttl, **options),
-            name,
-            options.get("blocking_timeout"),
-        )
+    def __init__(
+        self,
+        redlock: Redlock,
+        name: str | bytes,
+        ttl: Duration,
+        **options: Unpack[LockOptions[Lock]],
+    ) -> None:
+        ReentrantBase.__init__(self, lambda: Lock(redlock, name, ttl, **options), name)
 
     def _new_gate(self) -> ThreadGate:
         return ThreadGate()
 
     _current = staticmethod(threading.get_ident)
-
-    @property
-    def lock(self) -> Optional[Lock]:
-        """The Lock that holds the masters while owned (its token, fence, validity, lost event)."""
-        return self._lock  # type: ignore[no-any-return]
 
     def acquire(self, blocking: bool = True, timeout: Optional[Duration] = None) -> bool:
         """As Lock.acquire (blocking_timeout bounds it when timeout is None); returns True at once

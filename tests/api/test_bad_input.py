@@ -388,3 +388,30 @@ def test_max_extensions_counts(engine, make_redlock, masters5, key, leakcheck):
     lock.release()
     assert_no_key(masters5, key)
     leakcheck.close_and_check(rl)
+
+
+# A misspelt option of each lock maker, and an option another maker takes (fair is lock()'s).
+MISSPELT_OPTIONS = {
+    "lock": (lambda rl: rl.lock("name", 10, ttl_ms=5), "ttl_ms"),
+    "lock-fair": (lambda rl: rl.lock("name", 10, fair=True, blocking_timout=1), "blocking_timout"),
+    "rlock": (lambda rl: rl.rlock("name", 10, auto_renw=True), "auto_renw"),
+    "rlock-fair": (lambda rl: rl.rlock("name", 10, fair=True), "fair"),
+    "semaphore": (lambda rl: rl.semaphore("name", 2, 10, ttl_ms=5), "ttl_ms"),
+    "semaphore-fair": (lambda rl: rl.semaphore("name", 2, 10, fair=True), "fair"),
+    "rwlock": (lambda rl: rl.rwlock("name", 10, max_extension=2), "max_extension"),
+    "synchronized": (lambda rl: rl.synchronized("name", 10, on_lose=print), "on_lose"),
+}
+
+
+@pytest.mark.parametrize("case", list(MISSPELT_OPTIONS))
+def test_misspelt_option_names_the_public_method(engine, make_redlock, canary, api, case):
+    """An option a maker does not take is refused as Python refuses an unknown keyword, naming
+    the method the caller called (not a class it hands its options to), before any I/O."""
+    make, option = MISSPELT_OPTIONS[case]
+    method = case.split("-")[0]
+    client = "Redlock" if api == "sync" else "AsyncRedlock"
+    rl = make_redlock([canary.url])
+    with pytest.raises(TypeError) as ei:
+        make(rl)
+    assert str(ei.value) == f"{client}.{method}() got an unexpected keyword argument {option!r}"
+    assert not canary.touched(), "the library connected to a master while refusing bad input"

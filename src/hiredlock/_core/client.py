@@ -4,8 +4,8 @@ options, read-only."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
-from typing import Any, Callable, ClassVar, Optional, Union
+from collections.abc import Iterable, Mapping
+from typing import Any, Callable, ClassVar, Optional, TypeVar, Union
 
 from . import scripts as _scripts
 from . import validation as _validation
@@ -15,6 +15,8 @@ from .session import Session
 from .validation import Duration
 
 NameOrFactory = Union[str, bytes, Callable[..., Union[str, bytes]]]
+
+_L = TypeVar("_L")
 
 
 class ClientBase:
@@ -90,25 +92,16 @@ class ClientBase:
         """The per-master wait of one round for a lock of this ttl."""
         return self._session.master_timeout_ms(ttl_ms)
 
-    def lock(self, name: str | bytes, ttl: Duration, **options: Any) -> Any:
-        raise NotImplementedError
-
+    @staticmethod
     def _lock_factory(
-        self,
-        name: NameOrFactory,
-        ttl: Duration,
-        blocking_timeout: Optional[Duration],
-        auto_renew: bool,
-        options: dict[str, Any],
-    ) -> Callable[[Any, Any], Any]:
-        """synchronized's lock maker: (args, kwargs) -> a new lock; bad options fail now, at
-        decoration, not at the first call."""
-        make = functools.partial(
-            self.lock, ttl=ttl, blocking_timeout=blocking_timeout, auto_renew=auto_renew, **options
-        )
+        lock: Callable[..., _L], name: NameOrFactory, ttl: Duration, options: Mapping[str, Any]
+    ) -> Callable[[tuple[Any, ...], dict[str, Any]], _L]:
+        """synchronized's lock maker: (args, kwargs) -> a new lock made by `lock` (the client's
+        lock()); bad options fail now, at decoration, not at the first call."""
+        make = functools.partial(lock, ttl=ttl, **options)
         make("checking the options" if callable(name) else name)
 
-        def for_call(args: Any, kwargs: Any) -> Any:
+        def for_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _L:
             return make(name(*args, **kwargs) if callable(name) else name)
 
         return for_call

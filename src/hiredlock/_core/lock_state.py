@@ -28,6 +28,7 @@ from . import validation as _validation
 from .errors import (
     LockLost,
     NotHeld,
+    Vote,
 )
 from .requests import Request, RunScript, SetNx, script
 from .validation import Duration
@@ -153,7 +154,7 @@ class LockState:
         self._lost = False
         self._fence: Optional[int] = None
         self._extensions = 0
-        self._last_votes: tuple = ()
+        self._last_votes: tuple[Vote, ...] = ()
         self._last_codes: Optional[bytes] = None  # per-master outcomes of the last failed attempt
         self._lost_event: Any = None  # made on first use: see `lost`
         self._registry_ref: Any = None  # this lock's entry in the session's registry, made once
@@ -294,7 +295,7 @@ class LockState:
         return self._extensions
 
     @property
-    def last_votes(self) -> tuple:
+    def last_votes(self) -> tuple[Vote, ...]:
         """The masters' votes in this lock's last failed round."""
         return self._last_votes
 

@@ -10,30 +10,33 @@ add only the waits (blocking, or awaited) around these steps.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Generic, Optional, TypeVar
 
 from . import fork as _fork
 from . import validation as _validation
-from .errors import NotHeld
+from .errors import NotHeld, Vote
+from .lock_state import LockState
+from .validation import Duration
+
+_L = TypeVar("_L", bound=LockState)  # the API's lock class: Lock, or AsyncLock
 
 
-class ReentrantBase:
+class ReentrantBase(Generic[_L]):
     """The state and bookkeeping of a reentrant lock; see RLock and AsyncRLock for the API."""
 
     _owner_kind = "thread"  # what owns it, in messages ("task" for asyncio)
 
-    def __init__(
-        self, make_lock: Callable[[], Any], name: str | bytes, blocking_timeout: Any
-    ) -> None:
+    def __init__(self, make_lock: Callable[[], _L], name: str | bytes) -> None:
         self._make_lock = make_lock
-        make_lock()  # checks the arguments now, before any I/O
+        # (the first lock made checks the options now, before any I/O, and says the
+        # blocking_timeout they give)
+        self._blocking_timeout = make_lock().blocking_timeout
         self._name = name
-        self._blocking_timeout = blocking_timeout
         self._gate = self._new_gate()  # held while some thread or task of this process owns it
         self._owner: Any = None
         self._count = 0
-        self._lock: Any = None
-        self._last_votes: tuple[Any, ...] = ()
+        self._lock: Optional[_L] = None
+        self._last_votes: tuple[Vote, ...] = ()
         self._generation = _fork.generation
 
     # -- what the API classes provide ------------------------------------------------------------
@@ -54,7 +57,7 @@ class ReentrantBase:
         return self._name
 
     @property
-    def lock(self) -> Any:
+    def lock(self) -> Optional[_L]:
         """The lock that holds the masters while owned (its token, fence, validity, lost event)."""
         return self._lock
 
@@ -69,7 +72,7 @@ class ReentrantBase:
         return self._count if self._generation == _fork.generation else 0
 
     @property
-    def last_votes(self) -> tuple[Any, ...]:
+    def last_votes(self) -> tuple[Vote, ...]:
         return self._last_votes
 
     # -- fork ----------------------------------------------------------------------------------
@@ -104,7 +107,7 @@ class ReentrantBase:
             return True
         return False
 
-    def _deadline_ns(self, blocking: bool, timeout: Any) -> Optional[int]:
+    def _deadline_ns(self, blocking: bool, timeout: Optional[Duration]) -> Optional[int]:
         """acquire()'s deadline on the monotonic clock (the lock's blocking_timeout when timeout
         is None); None: none."""
         if timeout is not None and not blocking:
@@ -123,7 +126,7 @@ class ReentrantBase:
             return None
         return max(0.0, (deadline_ns - time.monotonic_ns()) / 1e9)
 
-    def _taken(self, lock: Any, acquired: bool) -> bool:
+    def _taken(self, lock: _L, acquired: bool) -> bool:
         """After the Lock's acquire (the gate is ours): owned, or the gate goes to the next."""
         if not acquired:
             self._gate.leave()
@@ -134,7 +137,7 @@ class ReentrantBase:
         self._count = 1
         return True
 
-    def _counted_down(self) -> Any:
+    def _counted_down(self) -> Optional[_L]:
         """release()'s bookkeeping: the Lock to release (then the gate) at the owner's last
         release, else None; NotHeld when the caller is not the owner."""
         self._owned()
@@ -144,13 +147,13 @@ class ReentrantBase:
         lock, self._lock, self._owner = self._lock, None, None
         return lock
 
-    def _owned(self) -> Any:
+    def _owned(self) -> _L:
         """The Lock, when the caller owns it; NotHeld otherwise."""
         self._this_process()
-        owner = self._owner
-        if owner is None or owner != self._current() or self._lock is None:
+        owner, lock = self._owner, self._lock
+        if owner is None or owner != self._current() or lock is None:
             raise NotHeld(f"lock {self._name!r} is not held by this {self._owner_kind}")
-        return self._lock
+        return lock
 
     _repr_name = "RLock"
 

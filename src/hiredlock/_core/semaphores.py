@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from . import judgement as _judgement
 from . import scripts as _scripts
-from .errors import HiredlockError
+from .errors import HiredlockError, Vote
 from .lock_state import share_pin
 from .lock_steps import (
     LockBase,
@@ -116,7 +116,7 @@ def _permit_attempts(
         free = [i for i in range(n_permits) if not _held_through(live, i)]
         random.shuffle(free)
         codes: bytes = bytes(len(session.masters))  # (none free here: nothing was asked)
-        votes: tuple = ()
+        votes: tuple[Vote, ...] = ()
         while free:
             batch, free = free[:PERMITS_PER_ROUND], free[PERMITS_PER_ROUND:]
             keys = [_scripts.permit_key(template._name_key, i) for i in batch]
@@ -209,7 +209,7 @@ class SemaphoreBase:
         self._live: dict[int, Any] = {}  # index -> the permit handed out last for it
         self._entered: dict[Any, list[Any]] = {}  # owner -> the permits its `with` blocks took
         self._blocking_timeout = self._template.blocking_timeout
-        self._last_votes: tuple = ()
+        self._last_votes: tuple[Vote, ...] = ()
 
     @property
     def name(self) -> str | bytes:
@@ -242,7 +242,7 @@ class SemaphoreBase:
         )
 
     @property
-    def last_votes(self) -> tuple:
+    def last_votes(self) -> tuple[Vote, ...]:
         """The masters' votes in the last attempt that got no permit (its last round, as a lock's
         votes: OK where a master took the permit most of them took, TAKEN where it took none or
         another)."""
@@ -258,7 +258,7 @@ class SemaphoreBase:
             del self._entered[owner]
         return permit
 
-    def _refused(self, permit_votes: tuple) -> None:
+    def _refused(self, permit_votes: tuple[Vote, ...]) -> None:
         self._last_votes = permit_votes
 
     def __repr__(self) -> str:

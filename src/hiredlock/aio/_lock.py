@@ -9,8 +9,10 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
-from .._core.errors import HiredlockError, LockNotAcquired
+from .._core.compat import Self, Unpack
+from .._core.errors import HiredlockError, LockNotAcquired, Vote
 from .._core.lock_steps import LockBase, acquire_deadline
+from .._core.options import LockOptions
 from .._core.reentrant import ReentrantBase
 from .._core.validation import Duration
 from .._core.with_blocks import release_failed_on_exit
@@ -29,15 +31,23 @@ class AsyncWithStatement:
 
     __slots__ = ()
     _blocking_timeout: Optional[float]
-    _last_votes: tuple
+    _last_votes: tuple[Vote, ...]
     _name: str | bytes
 
-    async def __aenter__(self: Any) -> Any:
+    if TYPE_CHECKING:  # what the lock classes this serves define
+
+        async def acquire(
+            self, blocking: bool = True, timeout: Optional[Duration] = None
+        ) -> bool: ...
+
+        async def release(self) -> None: ...
+
+    async def __aenter__(self) -> Self:
         if not await self.acquire(timeout=self._blocking_timeout):
             raise LockNotAcquired(f"lock {self._name!r} was not acquired", self._last_votes)
         return self
 
-    async def __aexit__(self: Any, exc_type: Any, exc: Any, traceback: Any) -> None:
+    async def __aexit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
         try:
             await self.release()
         except HiredlockError as error:
@@ -60,7 +70,8 @@ class AsyncLock(AsyncWithStatement, LockBase):
     @property
     def lost(self) -> asyncio.Event:
         """Set when the lock is found lost while held (a failed renewal or extend)."""
-        return LockBase.lost.fget(self)  # type: ignore[attr-defined]
+        event: asyncio.Event = super().lost
+        return event
 
     async def acquire(self, blocking: bool = True, timeout: Optional[Duration] = None) -> bool:
         """As Lock.acquire: True once held by a valid quorum; False when it stayed taken until
@@ -74,7 +85,7 @@ class AsyncLock(AsyncWithStatement, LockBase):
         if self._try_gate() is False and not (blocking and await self._gate.enter(deadline_ns)):
             return False  # another task held the lock object throughout
         try:
-            acquired = await self._rounds.run(self._acquire_steps(blocking, deadline_ns))
+            acquired: bool = await self._rounds.run(self._acquire_steps(blocking, deadline_ns))
         except BaseException:
             self._leave_gate_unless_held()
             raise
@@ -100,15 +111,16 @@ class AsyncLock(AsyncWithStatement, LockBase):
     def _new_gate(self) -> TaskGate:
         return TaskGate()
 
-    def _current_owner(self) -> Optional[asyncio.Task]:
+    def _current_owner(self) -> Optional[asyncio.Task[Any]]:
         return asyncio.current_task()
 
     @staticmethod
-    def _owner_ended(owner: asyncio.Task) -> bool:
+    def _owner_ended(owner: asyncio.Task[Any]) -> bool:
         return owner.done()
 
     def _start_renewal(self, acquisition: int, due_ns: int) -> bool:
-        return self._rounds.spawn(self._renewing(acquisition, due_ns))
+        spawned: bool = self._rounds.spawn(self._renewing(acquisition, due_ns))
+        return spawned
 
     async def _renewing(self, acquisition: int, due_ns: Optional[int]) -> None:
         while due_ns is not None:
@@ -126,7 +138,7 @@ class AsyncLock(AsyncWithStatement, LockBase):
             _log.exception("hiredlock: the on_lost callback of %r raised", self._name)
 
 
-class AsyncRLock(AsyncWithStatement, ReentrantBase):
+class AsyncRLock(AsyncWithStatement, ReentrantBase[AsyncLock]):
     """A reentrant AsyncLock: the task that owns it may acquire it again; its last release
     unlocks the masters. Other tasks of this process wait on a local gate first (no network
     traffic while a sibling task holds it). Made by AsyncRedlock.rlock()."""
@@ -135,24 +147,18 @@ class AsyncRLock(AsyncWithStatement, ReentrantBase):
     _repr_name = "aio.AsyncRLock"
 
     def __init__(
-        self, redlock: AsyncRedlock, name: str | bytes, ttl: Duration, **options: Any
+        self,
+        redlock: AsyncRedlock,
+        name: str | bytes,
+        ttl: Duration,
+        **options: Unpack[LockOptions[AsyncLock]],
     ) -> None:
-        ReentrantBase.__init__(
-            self,
-            lambda: AsyncLock(redlock, name, ttl, **options),
-            name,
-            options.get("blocking_timeout"),
-        )
+        ReentrantBase.__init__(self, lambda: AsyncLock(redlock, name, ttl, **options), name)
 
     def _new_gate(self) -> TaskGate:
         return TaskGate()
 
     _current = staticmethod(asyncio.current_task)
-
-    @property
-    def lock(self) -> Optional[AsyncLock]:
-        """The AsyncLock that holds the masters while owned."""
-        return self._lock  # type: ignore[no-any-return]
 
     async def acquire(self, blocking: bool = True, timeout: Optional[Duration] = None) -> bool:
         """As AsyncLock.acquire; True at once (counting) when this task owns it already."""

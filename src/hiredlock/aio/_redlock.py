@@ -6,15 +6,18 @@ import asyncio
 import functools
 import inspect
 from collections.abc import Iterable
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Literal, Optional, TypeVar, overload
 
 from .._core import batches as _batches
 from .._core import lock_batches as _lock_batches
 from .._core import lock_steps as _lock_steps
+from .._core import options as _options
 from .._core import validation as _validation
 from .._core.batches import KeyState
 from .._core.client import ClientBase, NameOrFactory
+from .._core.compat import Self, Unpack
 from .._core.errors import Vote
+from .._core.options import LockMakerOptions, LockOptions
 from .._core.validation import Duration
 from ._fairlock import AsyncFairLock
 from ._flavour import ASYNCIO
@@ -41,49 +44,71 @@ class AsyncRedlock(ClientBase):
     def _rounds(self) -> AsyncRounds:
         return self._session.rounds  # type: ignore[no-any-return]
 
+    @overload
     def lock(
         self,
         name: str | bytes,
         ttl: Duration,
         *,
-        blocking_timeout: Optional[Duration] = None,
-        auto_renew: bool = False,
-        max_hold: Optional[Duration] = None,
-        on_lost: Optional[Callable[[AsyncLock], Any]] = None,
-        max_extensions: Optional[int] = None,
-        fencing: bool = False,
-        wake: Optional[bool] = None,
-        fair: bool = False,
+        fair: Literal[False] = False,
+        **options: Unpack[LockOptions[AsyncLock]],
+    ) -> AsyncLock: ...
+
+    @overload
+    def lock(
+        self,
+        name: str | bytes,
+        ttl: Duration,
+        *,
+        fair: Literal[True],
+        **options: Unpack[LockOptions[AsyncLock]],
+    ) -> AsyncFairLock: ...
+
+    @overload
+    def lock(
+        self,
+        name: str | bytes,
+        ttl: Duration,
+        *,
+        fair: bool,
+        **options: Unpack[LockOptions[AsyncLock]],
+    ) -> AsyncLock: ...
+
+    def lock(
+        self, name: str | bytes, ttl: Duration, **options: Unpack[LockMakerOptions[AsyncLock]]
     ) -> AsyncLock:
         """As Redlock.lock(); auto_renew renews from a task of this loop, and on_lost may be a
         plain function (run in the loop: it must not block) or a coroutine function (run as a
         task of its own)."""
+        _options.check("AsyncRedlock.lock", options, LockMakerOptions)
+        fair = options.pop("fair", False)
         fair = fair if fair is False else _validation.flag(fair, "fair")
-        return (AsyncFairLock if fair else AsyncLock)(
-            self,
-            name,
-            ttl,
-            blocking_timeout=blocking_timeout,
-            auto_renew=auto_renew,
-            max_hold=max_hold,
-            on_lost=on_lost,
-            max_extensions=max_extensions,
-            fencing=fencing,
-            wake=wake,
-        )
+        lock_options: LockOptions[AsyncLock] = options
+        return (AsyncFairLock if fair else AsyncLock)(self, name, ttl, **lock_options)
 
     def semaphore(
-        self, name: str | bytes, permits: int, ttl: Duration, **options: Any
+        self,
+        name: str | bytes,
+        permits: int,
+        ttl: Duration,
+        **options: Unpack[LockOptions[AsyncLock]],
     ) -> AsyncSemaphore:
         """As Redlock.semaphore, for asyncio: an AsyncSemaphore whose permits are AsyncPermits."""
+        _options.check("AsyncRedlock.semaphore", options, LockOptions)
         return AsyncSemaphore(self, name, permits, ttl, **options)
 
-    def rwlock(self, name: str | bytes, ttl: Duration, **options: Any) -> AsyncRWLock:
+    def rwlock(
+        self, name: str | bytes, ttl: Duration, **options: Unpack[LockOptions[AsyncLock]]
+    ) -> AsyncRWLock:
         """As Redlock.rwlock, for asyncio: read() and write() make AsyncLocks of each side."""
+        _options.check("AsyncRedlock.rwlock", options, LockOptions)
         return AsyncRWLock(self, name, ttl, **options)
 
-    def rlock(self, name: str | bytes, ttl: Duration, **options: Any) -> AsyncRLock:
+    def rlock(
+        self, name: str | bytes, ttl: Duration, **options: Unpack[LockOptions[AsyncLock]]
+    ) -> AsyncRLock:
         """A reentrant lock: the task that owns it may acquire it again (options as lock())."""
+        _options.check("AsyncRedlock.rlock", options, LockOptions)
         return AsyncRLock(self, name, ttl, **options)
 
     async def acquire_many(
@@ -93,7 +118,10 @@ class AsyncRedlock(ClientBase):
         _batches.check_names(names)
         self._session.timing(ttl)  # a bad ttl is refused even for an empty batch
         locks = [AsyncLock(self, name, ttl) for name in names]
-        return await self._rounds.run(_lock_batches.acquire_many_steps(self._session, locks))
+        acquired: list[Optional[AsyncLock]] = await self._rounds.run(
+            _lock_batches.acquire_many_steps(self._session, locks)
+        )
+        return acquired
 
     async def release_many(self, locks: Iterable[AsyncLock]) -> None:
         """As Redlock.release_many: every lock in one round trip per master."""
@@ -104,7 +132,8 @@ class AsyncRedlock(ClientBase):
 
     async def connect(self) -> tuple[Vote, ...]:
         """As Redlock.connect: opens every master's connection now; each master's vote."""
-        return await self._rounds.run(_batches.connect_steps(self._session))
+        votes: tuple[Vote, ...] = await self._rounds.run(_batches.connect_steps(self._session))
+        return votes
 
     async def locked(self, name: str | bytes) -> bool:
         """True if a majority of the masters hold a key for `name` (anyone's lock)."""
@@ -112,7 +141,8 @@ class AsyncRedlock(ClientBase):
 
     async def inspect(self, name: str | bytes) -> list[KeyState]:
         """Asks every master what it holds for `name`: exists, PTTL, and whether it is ours."""
-        return await self._rounds.run(_batches.inspect_steps(self._session, name))
+        states: list[KeyState] = await self._rounds.run(_batches.inspect_steps(self._session, name))
+        return states
 
     async def delete_fence_counter(self, name: str | bytes) -> None:
         """As Redlock.delete_fence_counter."""
@@ -122,15 +152,13 @@ class AsyncRedlock(ClientBase):
         self,
         name: NameOrFactory,
         ttl: Duration,
-        *,
-        blocking_timeout: Optional[Duration] = None,
-        auto_renew: bool = False,
-        **options: Any,
+        **options: Unpack[LockMakerOptions[AsyncLock]],
     ) -> Callable[[_F], _F]:
         """Decorator for coroutine functions: the body runs only while holding the lock `name`
         (a name, or a callable taking the function's arguments and returning one). Plain
         functions are refused (TypeError): use Redlock.synchronized for them."""
-        make = self._lock_factory(name, ttl, blocking_timeout, auto_renew, options)
+        _options.check("AsyncRedlock.synchronized", options, LockMakerOptions)
+        make = self._lock_factory(self.lock, name, ttl, options)
 
         def decorate(func: _F) -> _F:
             if not inspect.iscoroutinefunction(func):
@@ -181,7 +209,7 @@ class AsyncRedlock(ClientBase):
         await rounds.flush()
         session.close_rounds()
 
-    async def __aenter__(self) -> AsyncRedlock:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
