@@ -1,7 +1,7 @@
 """Type stub of the Cython extension hiredlock._native (source: _native/engine.pyx)."""
 
 from collections.abc import Callable, Generator, Sequence
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Optional, final
 
 from ._core.config import MasterSpec
 from ._core.requests import Pause, Request, RoundRequest
@@ -9,9 +9,13 @@ from ._engines.contract import RoundResult
 
 HIREDIS_VERSION: str
 
+@final
 class NativeEngine:
     name: ClassVar[str]
-    def __init__(self, masters: Sequence[MasterSpec], quorum: Optional[int] = None) -> None: ...
+    # (made by __cinit__: its arguments are __new__'s)
+    def __new__(
+        cls, masters: Sequence[MasterSpec], quorum: Optional[int] = None
+    ) -> NativeEngine: ...
     def set_nx(
         self,
         keys: Sequence[bytes],
@@ -54,6 +58,7 @@ class NativeEngine:
     def owes_replies(self) -> bool: ...
     def close(self) -> None: ...
 
+@final
 class NativeRound:
     before_close: Optional[Callable[[int], None]]
     @property
@@ -75,5 +80,5 @@ def set_request_types(
     pause_function: Callable[[Pause], None],
 ) -> None: ...
 def run_steps(
-    steps: Generator[Request, Any, Any], pool: Any, pin: Optional[list] = None
+    steps: Generator[Request, Any, Any], pool: Any, pin: Optional[list[Any]] = None
 ) -> Any: ...

@@ -23,7 +23,7 @@ class WriteLock(WriterBase, Lock):
     __slots__ = ()
 
 
-class RWLock(RWLockBase):
+class RWLock(RWLockBase[ReadLock, WriteLock]):
     """A read-write lock made by Redlock.rwlock(): read() and write() make a new lock object
     for one holder each (`with rw.read():`, `with rw.write():`)."""
 

@@ -7,7 +7,7 @@ import logging
 import threading
 from typing import Any, Optional
 
-from ._core.errors import HiredlockError, LockNotAcquired
+from ._core.errors import HiredlockError, LockNotAcquired, Vote
 from ._core.lock_steps import give_back_steps
 from ._core.semaphores import PermitBase, SemaphoreBase
 from ._core.validation import Duration
@@ -27,7 +27,7 @@ class Permit(PermitBase, Lock):
     _kind = "Permit"
 
 
-class Semaphore(SemaphoreBase):
+class Semaphore(SemaphoreBase[Permit]):
     """At most `permits` holders of `name` at a time. Made by Redlock.semaphore().
 
     `acquire()` returns a Permit (release it when done) or None; `with semaphore:` takes a
@@ -44,11 +44,12 @@ class Semaphore(SemaphoreBase):
         attempt; else at the deadline `timeout`, or the semaphore's blocking_timeout). An
         attempt tries every permit not held through this object; attempts are retried as
         Lock.acquire's are, and raise as they do (QuorumUnreachable, MasterConfigError)."""
-        taken: list = []
+        taken: list[Any] = []
         try:
-            permit, votes = self._session.rounds.run(
+            outcome: tuple[Optional[Permit], tuple[Vote, ...]] = self._session.rounds.run(
                 self._acquire_steps(blocking, timeout, taken), self._pin
             )
+            permit, votes = outcome
         except BaseException:
             if taken:  # an interrupt once the steps were over: the permit they took goes back
                 self._session.rounds.run(give_back_steps(*taken), self._pin)

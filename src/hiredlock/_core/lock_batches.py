@@ -95,7 +95,7 @@ def _batch_attempt(session: Session, locks: Sequence[LockBase], keys: list[bytes
 
 
 def release_many_steps(
-    session: Session, client: str, lock_class: type, batch: Sequence[Any]
+    session: Session, client: str, lock_class: type[LockBase], batch: Sequence[Any]
 ) -> Steps:
     """Releases every lock in one round trip per master; LockLost after the round if some lock
     was no longer held by a quorum (naming them all; the votes are the first one's)."""

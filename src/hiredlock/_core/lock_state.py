@@ -162,7 +162,7 @@ class LockState:
         # The engine this lock's next rounds must use, when its last one left commands behind on
         # a master (see _engines/blocking.py, run_python): a one-item list, shared by a batch's
         # locks.
-        self._pin: list = [None]
+        self._pin: list[Any] = [None]
 
     # -- the rounds of this kind of lock (read and write locks say otherwise) -------------------
 
@@ -199,7 +199,7 @@ class LockState:
 
     def _free_in(self, unlocked: RoundResult) -> Optional[float]:
         """In how many ms the name frees itself, from an unlock made with expiry=True."""
-        return _judgement.free_in_ms(unlocked[0], unlocked[3], self._session.quorum)
+        return _judgement.free_in_ms(unlocked[0], unlocked[3] or (), self._session.quorum)
 
     def _extend_request(self, token: bytes, ttl_ms: int, timeout_ms: float) -> Request:
         return script(_EXTEND, 1, ((self._key, token, str(ttl_ms).encode()),), timeout_ms, True)
@@ -475,7 +475,7 @@ class LockState:
         return f"<hiredlock.{self._kind} {self._name!r} ttl={self.ttl:g}s {state}>"
 
 
-def share_pin(locks: Sequence[LockState], pin: Optional[list] = None) -> list:
+def share_pin(locks: Sequence[LockState], pin: Optional[list[Any]] = None) -> list[Any]:
     """One pin (see LockState._pin) for the locks of a batch, which go out together (or for a
     semaphore's permits: `pin`, the semaphore's own)."""
     if pin is None:
@@ -485,6 +485,6 @@ def share_pin(locks: Sequence[LockState], pin: Optional[list] = None) -> list:
     return pin
 
 
-def pin_of(locks: Sequence[Any]) -> Optional[list]:
+def pin_of(locks: Sequence[Any]) -> Optional[list[Any]]:
     """The pin a batch of locks goes out with: the first one's."""
     return locks[0]._pin if locks and isinstance(locks[0], LockState) else None

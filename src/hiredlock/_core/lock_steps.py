@@ -111,7 +111,7 @@ class LockBase(LockState):
                 retrying = _judgement.Retrying(
                     self._name, session.quorum, session, blocking, deadline_ns
                 )
-            delay = retrying.after_failure(self._last_codes, self._last_votes)
+            delay = retrying.after_failure(failed[0], self._last_votes)
             if delay is None:
                 return False
             if notices is None:
@@ -189,8 +189,9 @@ class LockBase(LockState):
             if token is not None:  # interrupted: the unlock still goes out
                 yield from self._unlock_steps(token)
             raise
-        if lost or result[0].count(_OK) < self._session.quorum:
-            raise self._released(result, lost)
+        error = self._released(result, lost)
+        if error is not None:
+            raise error
 
     def _close_steps(self) -> Steps:
         """close()'s release of this lock: as _release_steps, and silent when its holder released

@@ -12,7 +12,7 @@ from .places import DEFAULT_SENTINEL_PORT, SentinelGroup
 from .redaction import REDACTED, shown, shown_url
 from .tls_options import TLS_OPTIONS, TLSConfig, tls_config
 
-MasterLike = Union[str, dict, Any]  # a URL, a dict of options, or a redis-py client
+MasterLike = Union[str, dict[str, Any], Any]  # a URL, a dict of options, or a redis-py client
 
 DEFAULT_PORT = 6379
 MAX_DB = 2**31 - 1  # Redis numbers its databases with a C int
@@ -49,7 +49,7 @@ class MasterSpec:
     tls: Optional[TLSConfig] = None
     sentinel: Optional[SentinelGroup] = None
 
-    def identity(self) -> tuple:
+    def identity(self) -> tuple[Any, ...]:
         """Two specs with the same identity are the same master (duplicates are refused)."""
         if self.sentinel is not None:
             places = frozenset((host.lower(), port) for host, port in self.sentinel.sentinels)
@@ -87,7 +87,7 @@ def parse_masters(masters: Any) -> tuple[MasterSpec, ...]:
     specs = tuple(_parse_master(item, index) for index, item in enumerate(masters))
     if not specs:
         raise ValueError("masters must name at least one Redis master")
-    seen: dict[tuple, int] = {}
+    seen: dict[tuple[Any, ...], int] = {}
     for index, spec in enumerate(specs):
         first = seen.setdefault(spec.identity(), index)
         if first != index:
@@ -110,7 +110,7 @@ def _parse_master(item: Any, index: int) -> MasterSpec:
     )
 
 
-def _parse_client(pool: Any, kwargs: dict, where: str) -> MasterSpec:
+def _parse_client(pool: Any, kwargs: dict[str, Any], where: str) -> MasterSpec:
     """A redis-py client's address and credentials, when they can be read without I/O."""
     connection_class = getattr(pool, "connection_class", None)
     classes = f"{type(pool).__name__} {getattr(connection_class, '__name__', '')}".lower()
@@ -143,7 +143,7 @@ def _parse_client(pool: Any, kwargs: dict, where: str) -> MasterSpec:
     return _parse_dict({**picked, **tls_options}, where)
 
 
-def _client_tls_options(kwargs: dict, where: str) -> dict[str, Any]:
+def _client_tls_options(kwargs: dict[str, Any], where: str) -> dict[str, Any]:
     """A redis-py TLS client's settings, as this module's ssl_* options."""
     for key in _CLIENT_TLS_UNSUPPORTED:
         if kwargs.get(key):
@@ -160,7 +160,7 @@ def _client_tls_options(kwargs: dict, where: str) -> dict[str, Any]:
     return options
 
 
-def _parse_dict(options: dict, where: str) -> MasterSpec:
+def _parse_dict(options: dict[str, Any], where: str) -> MasterSpec:
     unknown = sorted(set(options) - _DICT_KEYS, key=repr)
     if unknown:
         raise ValueError(f"{where}: unknown option(s) {', '.join(map(repr, unknown))}")
@@ -192,7 +192,7 @@ def _parse_dict(options: dict, where: str) -> MasterSpec:
 
 
 def _parse_sentinel_dict(
-    options: dict, host: Optional[str], path: Optional[str], where: str
+    options: dict[str, Any], host: Optional[str], path: Optional[str], where: str
 ) -> MasterSpec:
     """A Sentinel group's master: `sentinels` (host:port strings or (host, port) pairs) or a
     redis-py `sentinel` (its sentinels and credentials are read), and `service_name`."""
@@ -206,7 +206,7 @@ def _parse_sentinel_dict(
         if "sentinels" in options:
             raise ValueError(f"{where}: give sentinels or sentinel (a redis-py Sentinel), not both")
         options = {**_redis_py_sentinel(given, where), **options}
-    places = options.get("sentinels")
+    places: Any = options.get("sentinels")
     if isinstance(places, (str, bytes)) or not hasattr(places, "__iter__"):
         raise TypeError(f"{where}: sentinels must be a list of 'host:port' or (host, port)")
     sentinels = tuple(_sentinel_place(place, where) for place in places)
@@ -234,11 +234,10 @@ def _parse_sentinel_dict(
 
 def _sentinel_place(place: Any, where: str) -> tuple[str, int]:
     if isinstance(place, str):
-        host, colon, port = place.rpartition(":")
+        name, colon, port = place.rpartition(":")
         if not colon:
-            host, port = place, str(DEFAULT_SENTINEL_PORT)
-        host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-        place = (host, port)
+            name, port = place, str(DEFAULT_SENTINEL_PORT)
+        place = (name[1:-1] if name.startswith("[") and name.endswith("]") else name, port)
     if not isinstance(place, (tuple, list)) or len(place) != 2:
         raise ValueError(
             f"{where}: each sentinel must be 'host:port' or a (host, port) pair, got {place!r}"
@@ -274,7 +273,7 @@ def _redis_py_sentinel(sentinel: Any, where: str) -> dict[str, Any]:
     return options
 
 
-def _tls_option(options: dict, path: Optional[str], where: str) -> Optional[TLSConfig]:
+def _tls_option(options: dict[str, Any], path: Optional[str], where: str) -> Optional[TLSConfig]:
     """The master's TLS settings (ssl=True, or an ssl_context), or None for plain TCP."""
     use = options.get("ssl", False)
     if not isinstance(use, bool):
@@ -291,7 +290,7 @@ def _tls_option(options: dict, path: Optional[str], where: str) -> Optional[TLSC
     return tls_config(options, where)
 
 
-def _text_option(options: dict, key: str, where: str) -> Optional[str]:
+def _text_option(options: dict[str, Any], key: str, where: str) -> Optional[str]:
     """A str option that the engines can send: valid Unicode (never shown: it may be secret)."""
     value = options.get(key)
     if value is None:
@@ -323,7 +322,9 @@ def _check_path(path: str, where: str) -> None:
         raise ValueError(f"{where}: path must not contain a NUL character: {path!r}")
 
 
-def _int_option(options: dict, key: str, default: int, low: int, high: int, where: str) -> int:
+def _int_option(
+    options: dict[str, Any], key: str, default: int, low: int, high: int, where: str
+) -> int:
     """An int option, also given as a string of ASCII digits (as URLs and configs carry them)."""
     value = options.get(key, default)
     if isinstance(value, str):

@@ -18,11 +18,12 @@ mirrors (a test checks that they agree).
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, NamedTuple, Optional, Union, final
 
 from .scripts import CLEANUP_WAIT_MS, Script
 
 
+@final  # (never subclassed: drivers tell requests apart by `type(request) is`)
 class SetNx(NamedTuple):
     """SET key token NX PX ttl_ms on every master, for each (key, token): OK if set, TAKEN if
     the key exists."""
@@ -33,6 +34,7 @@ class SetNx(NamedTuple):
     timeout_ms: float
 
 
+@final
 class RunScript(NamedTuple):
     """EVALSHA sha numkeys *argv on every master for each argv (EVAL source where needed: see
     the engine contract). honour_backoff: a best-effort round (an acquire, or the unlock after a
@@ -48,6 +50,7 @@ class RunScript(NamedTuple):
     honour_backoff: bool = False
 
 
+@final
 class Cleanup(NamedTuple):
     """A RunScript made after an interruption, waiting CLEANUP_WAIT_MS at most: an asyncio
     driver shields it from a second cancellation; the blocking one just runs it. An engine runs
@@ -63,6 +66,7 @@ class Cleanup(NamedTuple):
     honour_backoff: bool = False
 
 
+@final
 class Pause(NamedTuple):
     """Wait before the next attempt: `seconds`, or less when `notices` (the client's release
     notices, see _engines/notices.py; None: a plain sleep) has a notice on `channel` sooner (or
@@ -116,4 +120,4 @@ def script(
 
 def items_of(request: RoundRequest) -> int:
     """How many items (keys, or argvs) a round request has."""
-    return len(request.keys) if type(request) is SetNx else len(request.argvs)  # type: ignore[union-attr]
+    return len(request.keys) if type(request) is SetNx else len(request.argvs)

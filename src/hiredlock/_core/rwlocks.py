@@ -19,12 +19,14 @@ waiter on every master, never opening or ending a pass.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Generic, Optional, TypeVar
 
 from .._engines.contract import RoundResult
 from . import judgement as _judgement
 from . import scripts as _scripts
+from .compat import Unpack
 from .lock_steps import LockBase
+from .options import LockOptions
 from .requests import Request, RunScript, script
 from .validation import Duration, lock_name
 
@@ -107,21 +109,27 @@ class WriterBase(_SideBase):
     _extend_script = _scripts.EXTEND
 
 
-class RWLockBase:
+_R = TypeVar("_R", bound=LockBase)
+_W = TypeVar("_W", bound=LockBase)
+
+
+class RWLockBase(Generic[_R, _W]):
     """A read-write lock's name and options; read() and write() make its lock objects (one per
     holder, as lock() does). Made by a client's rwlock(); no I/O happens here."""
 
     # the API's lock classes of each side (ReadLock and WriteLock, or their asyncio twins)
-    _read_class: Callable[..., Any]
-    _write_class: Callable[..., Any]
+    _read_class: Callable[..., _R]
+    _write_class: Callable[..., _W]
 
-    def __init__(self, client: Any, name: str | bytes, ttl: Duration, **options: Any) -> None:
+    def __init__(
+        self, client: Any, name: str | bytes, ttl: Duration, **options: Unpack[LockOptions[Any]]
+    ) -> None:
         lock_name(name)
         if options.get("fencing", False) is not False:
             raise ValueError("fencing is not supported for read-write locks")
         self._name = name
-        self._make_read = lambda: self._read_class(client, name, ttl, **options)
-        self._make_write = lambda: self._write_class(client, name, ttl, **options)
+        self._make_read: Callable[[], _R] = lambda: self._read_class(client, name, ttl, **options)
+        self._make_write: Callable[[], _W] = lambda: self._write_class(client, name, ttl, **options)
         self._make_read()  # the options are checked now, before any I/O
 
     @property

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import random
 import time
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, TypeVar
 
+from .._engines.contract import RoundResult
 from . import judgement as _judgement
 from . import scripts as _scripts
+from .compat import Unpack
 from .errors import HiredlockError, Vote
 from .lock_state import share_pin
 from .lock_steps import (
@@ -19,6 +21,7 @@ from .lock_steps import (
     counted_acquire,
     unlock_keys,
 )
+from .options import LockOptions
 from .requests import Pause, Steps, script
 from .session import Session
 from .tokens import new_token
@@ -40,7 +43,12 @@ class PermitBase(LockBase):
     __slots__ = ("_index", "_name_key")
 
     def __init__(
-        self, client: ClientBase, name: str | bytes, index: int, ttl: Duration, **options: Any
+        self,
+        client: ClientBase,
+        name: str | bytes,
+        index: int,
+        ttl: Duration,
+        **options: Unpack[LockOptions[Any]],
     ) -> None:
         super().__init__(client, name, ttl, **options)
         self._index = index
@@ -65,13 +73,13 @@ def acquire_permit_steps(
     session: Session,
     name: object,
     template: PermitBase,
-    live: dict,
+    live: dict[int, Any],
     make_permit: Callable[[int], PermitBase],
     n_permits: int,
     blocking: Any,
     timeout: Optional[Duration],
     blocking_timeout: Optional[float],
-    taken: Optional[list] = None,
+    taken: Optional[list[Any]] = None,
 ) -> Steps:
     """One permit of a semaphore of `n_permits` (permit i a lock on a key of its own, so that
     each has one holder at most, judged over a quorum as any lock is).
@@ -157,7 +165,7 @@ def _permit_attempts(
                 if taken is not None:
                     taken[:] = [permit, token]
                 return permit, ()
-            votes = session.votes((won_codes, elapsed_ns, result[2], None))
+            votes = session.votes(RoundResult(won_codes, elapsed_ns, result[2], None))
             if _judgement.quorum_unreachable(codes, session.quorum):
                 break  # (the other permits would meet the same masters)
         if retrying is None:
@@ -168,22 +176,30 @@ def _permit_attempts(
         yield Pause(delay, notices, channel, 0.0, seen, session.closing)
 
 
-def _held_through(live: dict, index: int) -> bool:
+def _held_through(live: dict[int, PermitBase], index: int) -> bool:
     """Whether the permit last handed out for `index` is still held (its holder may be any
     thread or task sharing the semaphore object)."""
     permit = live.get(index)
     return permit is not None and permit.held
 
 
-class SemaphoreBase:
+_P = TypeVar("_P", bound=PermitBase)
+
+
+class SemaphoreBase(Generic[_P]):
     """A counting semaphore over the masters: at most `permits` holders of `name` at a time,
     across every client. Made by a client's semaphore(); no I/O happens here. The options are
     lock()'s, for each permit (blocking_timeout bounds `with`, as a lock's)."""
 
-    _permit_class: Callable[..., Any]  # the API's permit class (Permit, AsyncPermit)
+    _permit_class: Callable[..., _P]  # the API's permit class (Permit, AsyncPermit)
 
     def __init__(
-        self, client: Any, name: str | bytes, permits: int, ttl: Duration, **options: Any
+        self,
+        client: Any,
+        name: str | bytes,
+        permits: int,
+        ttl: Duration,
+        **options: Unpack[LockOptions[Any]],
     ) -> None:
         lock_name(name)  # a bad name is refused as lock() refuses it
         if non_negative_int(permits, "permits") < 1 or permits > MAX_PERMITS:
@@ -194,9 +210,10 @@ class SemaphoreBase:
         self._name = name
         self._session = client.session
         self._n_permits = permits
-        self._pin: list = [None]  # the rounds of this semaphore and of its permits (see LockBase)
+        # the rounds of this semaphore and of its permits (see LockBase)
+        self._pin: list[Any] = [None]
 
-        def make(index: int) -> Any:
+        def make(index: int) -> _P:
             permit = self._permit_class(client, name, index, ttl, **options)
             share_pin([permit], self._pin)
             return permit
@@ -206,8 +223,8 @@ class SemaphoreBase:
         # one checks the options now and gives the permits' timing.
         self._template = make(0)
         self._make_permit = make
-        self._live: dict[int, Any] = {}  # index -> the permit handed out last for it
-        self._entered: dict[Any, list[Any]] = {}  # owner -> the permits its `with` blocks took
+        self._live: dict[int, _P] = {}  # index -> the permit handed out last for it
+        self._entered: dict[Any, list[_P]] = {}  # owner -> the permits its `with` blocks took
         self._blocking_timeout = self._template.blocking_timeout
         self._last_votes: tuple[Vote, ...] = ()
 
@@ -221,12 +238,12 @@ class SemaphoreBase:
         return self._n_permits
 
     @property
-    def held(self) -> list[Any]:
+    def held(self) -> list[_P]:
         """The permits held through this object now (a local view: no I/O)."""
         return [permit for permit in list(self._live.values()) if permit.held]
 
     def _acquire_steps(
-        self, blocking: Any, timeout: Optional[Duration], taken: Optional[list] = None
+        self, blocking: Any, timeout: Optional[Duration], taken: Optional[list[Any]] = None
     ) -> Steps:
         return acquire_permit_steps(
             self._session,
@@ -248,10 +265,10 @@ class SemaphoreBase:
         another)."""
         return self._last_votes
 
-    def _entering(self, owner: Any, permit: Any) -> None:
+    def _entering(self, owner: Any, permit: _P) -> None:
         self._entered.setdefault(owner, []).append(permit)
 
-    def _leaving(self, owner: Any) -> Any:
+    def _leaving(self, owner: Any) -> _P:
         stack = self._entered[owner]
         permit = stack.pop()
         if not stack:

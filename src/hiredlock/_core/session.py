@@ -67,7 +67,7 @@ class Session:
         self.notices: Any = None
         self.renewals: Any = None
         self.wake = True
-        self.held: dict[int, weakref.ref] = {}
+        self.held: dict[int, weakref.ref[Any]] = {}
         # The one record of the client's closing, which the rounds, the engine pool and the
         # notices read (they keep no flag of their own):
         self.closed = False  # set first by close(): no acquire may win from then on
@@ -78,7 +78,7 @@ class Session:
         self._settled = threading.Condition(self.mutex)
         self._on_settled: list[Callable[[], None]] = []
         self.generation = _fork.generation  # the process (see _fork) the state above is of
-        self._timings: dict[tuple, Timing] = {}
+        self._timings: dict[tuple[Any, ...], Timing] = {}
 
     def new_engine(self) -> Any:
         return self.engine_class(self.masters, self.quorum)
@@ -180,12 +180,12 @@ class Session:
 
     # -- the locks held ------------------------------------------------------------------------
 
-    def registry_entry(self, lock: Any) -> weakref.ref:
+    def registry_entry(self, lock: Any) -> weakref.ref[Any]:
         """The weak reference that stands for `lock` in `held` (each lock makes one, once)."""
         key = id(lock)
         registry = self.held
 
-        def forget(dead: weakref.ref) -> None:
+        def forget(dead: weakref.ref[Any]) -> None:
             # The lock was dropped while held. Its id may already name a new lock: only this
             # reference's own entry goes.
             if registry.get(key) is dead:
@@ -198,7 +198,7 @@ class Session:
 
     def token_held_for(self, key: bytes) -> bytes:
         for lock in self.held_locks():
-            token = lock.token
+            token: Optional[str] = lock.token
             if lock.key == key and token is not None:
                 return token.encode()
         return b""

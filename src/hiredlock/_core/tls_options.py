@@ -55,7 +55,7 @@ class TLSConfig:
         return f"TLSConfig(verify_mode={self.context.verify_mode.name}{name})"
 
 
-def tls_config(options: dict, where: str) -> TLSConfig:
+def tls_config(options: dict[str, Any], where: str) -> TLSConfig:
     """The TLSConfig for a master's ssl_* options (all files are read here, before any I/O).
 
     ValueError or TypeError, naming `where` and the option, for anything that cannot be used.
@@ -112,7 +112,7 @@ def tls_config(options: dict, where: str) -> TLSConfig:
     return TLSConfig(context, server_hostname)
 
 
-def _context_trusting(options: dict, where: str) -> ssl.SSLContext:
+def _context_trusting(options: dict[str, Any], where: str) -> ssl.SSLContext:
     """A client context that trusts the CAs the options name (the system's when none)."""
     ca_certs = _path(options, "ssl_ca_certs", where)
     ca_path = _path(options, "ssl_ca_path", where)
@@ -132,7 +132,7 @@ def _why(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _path(options: dict, key: str, where: str) -> Optional[str]:
+def _path(options: dict[str, Any], key: str, where: str) -> Optional[str]:
     value = options.get(key)
     if value is None:
         return None

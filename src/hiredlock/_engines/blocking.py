@@ -19,7 +19,7 @@ def pause(request: Pause) -> None:
         request.closing.wait(request.settle)
 
 
-def run_python(steps: Steps, pool: Any, pin: Optional[list] = None) -> Any:
+def run_python(steps: Steps, pool: Any, pin: Optional[list[Any]] = None) -> Any:
     """Drives a step generator to its end, blocking, on engines from `pool` (one engine per
     round); returns what the generator returns.
 

@@ -52,12 +52,14 @@ def place_of(spec: MasterSpec) -> Any:
     return None
 
 
-def direct_address(spec: MasterSpec) -> Any:
+def direct_address(spec: MasterSpec) -> Optional[_resolver.Address]:
     """The address of a master that needs no lookup (see place_of): None for a unix socket."""
     if spec.path is not None:
         return None
-    family = _resolver.numeric_family(spec.host)  # type: ignore[arg-type]
-    return _resolver.Address(family, spec.host, spec.port)
+    host = spec.host
+    family = None if host is None else _resolver.numeric_family(host)
+    assert host is not None and family is not None  # place_of() found nothing to look up
+    return _resolver.Address(family, host, spec.port)
 
 
 def login_commands(spec: MasterSpec) -> tuple[bytes, int]:
@@ -70,14 +72,18 @@ def login_commands(spec: MasterSpec) -> tuple[bytes, int]:
     return b"".join(commands), len(commands)
 
 
-def start_connect(spec: MasterSpec, address: Optional[Any]) -> tuple[socket.socket, bool]:
+def start_connect(
+    spec: MasterSpec, address: Optional[_resolver.Address]
+) -> tuple[socket.socket, bool]:
     """A non-blocking socket connecting to the master (a unix socket path when address is None,
     else a resolved _resolver.Address); (the socket, True when it connected at once). Raises
     OSError."""
     if spec.path is not None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # type: ignore[attr-defined]
+        # (no AF_UNIX in Windows' stubs)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # type: ignore[attr-defined,unused-ignore]
         target: Any = spec.path
     else:
+        assert address is not None  # a TCP master's is always given
         sock = socket.socket(address.family, socket.SOCK_STREAM)
         target = (address.host, address.port)
     try:

@@ -106,7 +106,7 @@ class Master:
         self.fd = -1
         self.state = DOWN
         self.reader = Reader()
-        self.owed: deque = deque()
+        self.owed: deque[Any] = deque()
         self.login_due = False
         # SHAs of the scripts sent on this connection as EVAL: the master has them cached before
         # any later command of the connection runs, so EVALSHA is safe for those (a NOSCRIPT, after

@@ -115,9 +115,10 @@ class Subscriber:
         if self.place is None:
             address = direct_address(self.spec)
         else:
-            address = _resolver.lookup_many([self.place], 0.0)[0]
-            if isinstance(address, str):
+            found = _resolver.lookup_many([self.place], 0.0)[0]
+            if isinstance(found, str):
                 return False  # (no address yet: the lookup goes on in the background)
+            address = found
         self.sock, connected = start_connect(self.spec, address)
         self._host = address.host if address is not None else None
         self._reader = Reader()
@@ -181,7 +182,7 @@ class Subscriber:
         if not data:
             return []
         self._reader.feed(data)
-        out = []
+        out: list[tuple[bytes, bytes]] = []
         while True:
             reply = self._reader.get()
             if reply is NOT_READY:
@@ -520,14 +521,14 @@ class ThreadNotices:
                 now = time.monotonic()
                 with board.mutex:
                     for fd, events in ready:
-                        subscriber = by_fd.get(fd)
-                        if subscriber is None:
+                        ready_one = by_fd.get(fd)
+                        if ready_one is None:
                             _drain(kick)
-                        elif subscriber.sock is not None and subscriber.fileno() == fd:
+                        elif ready_one.sock is not None and ready_one.fileno() == fd:
                             if events & POLLOUT:
-                                board.writable(subscriber, now)
-                            if events & ~POLLOUT and subscriber.sock is not None:
-                                board.readable(subscriber, now)
+                                board.writable(ready_one, now)
+                            if events & ~POLLOUT and ready_one.sock is not None:
+                                board.readable(ready_one, now)
         except BaseException:
             with board.mutex:
                 if self._thread is threading.current_thread():

@@ -104,7 +104,7 @@ def _address(host: str, port: int) -> Address:
         return Address(family, host, port)
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     family, _kind, _proto, _name, sockaddr = infos[0]
-    return Address(family, sockaddr[0], port)
+    return Address(family, str(sockaddr[0]), port)  # (a str: an AF_INET or AF_INET6 one)
 
 
 def _look_up(place: Place, entry: _Entry, done: threading.Event) -> None:

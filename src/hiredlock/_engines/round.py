@@ -404,9 +404,10 @@ class Round:
     def queue(self, master: Master) -> None:
         """Writes the round's commands (after the login on a new connection) to a master."""
         master.unqueued = False
-        if self.evals is not None and self.sha not in master.scripts:
+        sha = self.sha  # (given with evals: a script's round)
+        if self.evals is not None and sha is not None and sha not in master.scripts:
             data = self.evals.all()  # not sent on this connection yet: EVAL (see Master.scripts)
-            master.scripts.add(self.sha)
+            master.scripts.add(sha)
         else:
             data = self.batch
         owed = master.owed

@@ -71,7 +71,7 @@ def _ask(group: SentinelGroup, host: str, port: int, timeout_s: float) -> object
     commands.append(
         pack_command((b"SENTINEL", b"GET-MASTER-ADDR-BY-NAME", group.service_name.encode()))
     )
-    replies = []
+    replies: list[object] = []
     reader = Reader()
     with socket.create_connection((host, port), timeout=timeout_s) as sock:
         sock.sendall(b"".join(commands))

@@ -39,7 +39,7 @@ class Watchdog:
         self._callbacks = Callbacks(name)
         self._wakeup = threading.Condition(threading.Lock())
         # (when ns, seq, the lock's renewal, acquisition)
-        self._due: list[tuple[int, int, weakref.WeakMethod, int]] = []
+        self._due: list[tuple[int, int, weakref.WeakMethod[Renewal], int]] = []
         self._seq = itertools.count()
         self._thread: Optional[threading.Thread] = None
         # Its own flag, not the session's closed: it is read with the heap under _wakeup by the
@@ -52,7 +52,7 @@ class Watchdog:
         with self._wakeup:
             if self._closed:
                 return False
-            entry = (due_ns, next(self._seq), weakref.WeakMethod(renewal), acquisition)  # type: ignore[arg-type]
+            entry = (due_ns, next(self._seq), weakref.WeakMethod(renewal), acquisition)
             heapq.heappush(self._due, entry)
             if self._thread is None:
                 thread = threading.Thread(
@@ -101,7 +101,8 @@ class Watchdog:
             try:
                 next_due = renewal(acquisition)
             except Exception:  # never let one lock's surprise stop the renewal of the others
-                _log.exception("hiredlock watchdog: renewing %r failed", renewal.__self__)
+                # (renewal.__self__: the lock; a renewal is its bound method, as WeakMethod needs)
+                _log.exception("hiredlock watchdog: renewing %r failed", renewal.__self__)  # type: ignore[attr-defined]
                 next_due = None
             if next_due is not None:
                 self.watch(renewal, acquisition, next_due)

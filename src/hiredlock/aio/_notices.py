@@ -29,7 +29,7 @@ _COMPACT_AT = 64
 class _FutureWaiter:
     __slots__ = ("ended", "future", "timed_out")
 
-    def __init__(self, future: asyncio.Future) -> None:
+    def __init__(self, future: asyncio.Future[bool]) -> None:
         self.future = future
         self.timed_out = False  # its timeout came up, or the heap was emptied: not in it any more
         self.ended = False  # its wait returned
@@ -75,7 +75,7 @@ class LoopNotices:
             self._loop = loop
         if board.heard.get(channel, 0) != seen:
             return True
-        future = loop.create_future()
+        future: asyncio.Future[bool] = loop.create_future()
         waiter = _FutureWaiter(future)
         now = time.monotonic()
         if board.add(channel, waiter):

@@ -57,8 +57,8 @@ class _Batch:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.requests: list[RoundRequest] = []
-        self.futures: list[asyncio.Future] = []
-        self.slices: list[tuple[asyncio.Future, int, int]] = []  # (future, first, count)
+        self.futures: list[asyncio.Future[Any]] = []
+        self.slices: list[tuple[asyncio.Future[Any], int, int]] = []  # (future, first, count)
         self.flushed = False
         self.done = loop.create_future()  # set when the engine round is over
 
@@ -69,10 +69,10 @@ class AsyncRounds:
     def __init__(self, session: Session) -> None:
         self._session = session
         self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._queued: dict[tuple, _Batch] = {}
+        self._queued: dict[tuple[Any, ...], _Batch] = {}
         self._engine: Any = None  # made on first use
         self._in_flight: Optional[_Batch] = None
-        self._tasks: set[asyncio.Task] = set()  # renewals and on_lost coroutines
+        self._tasks: set[asyncio.Task[Any]] = set()  # renewals and on_lost coroutines
         self._closing: Optional[asyncio.Future[None]] = None  # done once aclose() began
 
     # -- the loop ------------------------------------------------------------------------------
@@ -162,7 +162,7 @@ class AsyncRounds:
         if not closing.done():
             closing.set_result(None)
 
-    def _submit(self, request: RoundRequest) -> tuple[_Batch, asyncio.Future]:
+    def _submit(self, request: RoundRequest) -> tuple[_Batch, asyncio.Future[Any]]:
         loop = _running_loop()
         if loop is not self._loop:
             loop = self.loop()
@@ -172,7 +172,7 @@ class AsyncRounds:
         if type(request) is SetNx:
             if session.closed:
                 raise closed_error()  # (after aclose() began: only unlocks)
-            shape: tuple = (SetNx, request.ttl_ms, request.timeout_ms)
+            shape: tuple[Any, ...] = (SetNx, request.ttl_ms, request.timeout_ms)
         else:
             if session.closed and request.sha == _ACQUIRE_FENCED_SHA:
                 raise closed_error()
@@ -232,8 +232,10 @@ class AsyncRounds:
                 if self._engine is None:
                     self._engine = self._session.new_engine()
                 engine = self._engine
+                loop = self._loop
+                assert loop is not None  # (the batch was queued from this loop)
                 rnd = engine.begin(request)
-                start(rnd, self._loop, functools.partial(self._ended, batch, engine, rnd))
+                start(rnd, loop, functools.partial(self._ended, batch, engine, rnd))
             except Exception as exc:
                 self._ended(batch, self._engine, None, exc)
 
@@ -328,4 +330,4 @@ def _merged(batch: _Batch) -> Optional[RoundRequest]:
         slices.append((future, position, count))
         position += count
         argvs.extend(request.argvs)  # type: ignore[union-attr]
-    return first._replace(argvs=argvs)  # type: ignore[call-arg]
+    return first._replace(argvs=argvs)

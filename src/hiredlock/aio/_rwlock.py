@@ -18,7 +18,7 @@ class AsyncWriteLock(WriterBase, AsyncLock):
     __slots__ = ()
 
 
-class AsyncRWLock(RWLockBase):
+class AsyncRWLock(RWLockBase[AsyncReadLock, AsyncWriteLock]):
     """A read-write lock made by AsyncRedlock.rwlock(): read() and write() make a new lock
     object for one holder each (`async with rw.read():`, `async with rw.write():`)."""
 

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from typing import Any, Optional
 
-from .._core.errors import HiredlockError, LockNotAcquired
+from .._core.errors import HiredlockError, LockNotAcquired, Vote
 from .._core.semaphores import PermitBase, SemaphoreBase
 from .._core.validation import Duration
 from .._core.with_blocks import release_failed_on_exit
@@ -23,7 +23,7 @@ class AsyncPermit(PermitBase, AsyncLock):
     _kind = "AsyncPermit"
 
 
-class AsyncSemaphore(SemaphoreBase):
+class AsyncSemaphore(SemaphoreBase[AsyncPermit]):
     """As Semaphore, for asyncio: `await semaphore.acquire()` gives an AsyncPermit or None;
     `async with semaphore:` takes a permit for the block. Tasks may share one AsyncSemaphore:
     each `async with` releases the permit its own task took. Cancelling acquire() leaves no
@@ -35,7 +35,11 @@ class AsyncSemaphore(SemaphoreBase):
         self, blocking: bool = True, timeout: Optional[Duration] = None
     ) -> Optional[AsyncPermit]:
         """As Semaphore.acquire; waits between attempts on the event loop."""
-        permit, votes = await self._session.rounds.run(self._acquire_steps(blocking, timeout))
+        steps = self._acquire_steps(blocking, timeout)
+        outcome: tuple[Optional[AsyncPermit], tuple[Vote, ...]] = await self._session.rounds.run(
+            steps
+        )
+        permit, votes = outcome
         if permit is None:
             self._refused(votes)
         return permit

@@ -27,7 +27,9 @@ class Parser(argparse.ArgumentParser):
         raise CliError(f"{where + ': ' if where else ''}{message} (see `{prog} --help`)", USAGE)
 
 
-def number(kind: Callable[[str], float], low: float, high: float = math.inf, what: str = ""):
+def number(
+    kind: Callable[[str], float], low: float, high: float = math.inf, what: str = ""
+) -> Callable[[str], float]:
     """An argparse type: `kind` (int or float) within [low, high]."""
 
     def parse(text: str) -> float:

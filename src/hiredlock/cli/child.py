@@ -19,7 +19,7 @@ import os
 import signal
 import time
 from collections.abc import Sequence
-from typing import Optional
+from typing import Any, Optional
 
 from .exits import NOT_EXECUTABLE, NOT_FOUND, RUN_FAILED, CliError
 
@@ -68,7 +68,7 @@ class Child:
     def __init__(self, argv: Sequence[str], inherited: Optional[set[int]] = None) -> None:
         """Starts argv; `inherited`: the descriptors we were started with (open_fds())."""
         self.own_group = not _in_terminal_foreground()
-        options: dict = {
+        options: dict[str, Any] = {
             "setsigmask": (),
             "setsigdef": (signal.SIGPIPE, signal.SIGXFSZ),
             "file_actions": [(os.POSIX_SPAWN_CLOSE, fd) for fd in _ours_since(inherited)],

@@ -22,7 +22,7 @@ def need_redis(status: int = FAILED) -> Any:
     return redis
 
 
-def redis_client(url: Optional[str] = None, **options: Any):
+def redis_client(url: Optional[str] = None, **options: Any) -> Any:
     redis = need_redis()
     from redis.backoff import NoBackoff
     from redis.retry import Retry

@@ -157,7 +157,7 @@ class _Demo:
             ) from None
         return engine, quorum
 
-    def _no_lock(self, config: dict) -> Result:
+    def _no_lock(self, config: dict[str, Any]) -> Result:
         tickets = self.options.tickets
         self.view.round_title(1, "no lock")
         result = self._play(NO_LOCK, config)
@@ -172,7 +172,7 @@ class _Demo:
             self.view.verdict(True, f"sold {result.sold}: no oversell this time (more --workers?)")
         return result
 
-    def _naive_lock(self, config: dict) -> Result:
+    def _naive_lock(self, config: dict[str, Any]) -> Result:
         tickets, workers = self.options.tickets, self.options.workers
         self.view.round_title(2, "a naive lock: SETNX, no token, no expiry; a seller dies")
         result = self._play(NAIVE, config)
@@ -188,7 +188,7 @@ class _Demo:
             self.view.verdict(True, f"sold {result.sold} of {tickets}: no stall this time")
         return result
 
-    def _play(self, mode: str, config: dict) -> Result:
+    def _play(self, mode: str, config: dict[str, Any]) -> Result:
         from .demo_view import RoundView
 
         self.round = Round(mode, self.shop, config, self.options.workers, self.options.tickets)

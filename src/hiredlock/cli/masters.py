@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from .exits import USAGE, CliError
+
+if TYPE_CHECKING:
+    from hiredlock import Redlock
 
 ENV_VAR = "HIREDLOCK_MASTERS"
 
@@ -46,7 +49,7 @@ def master_urls(option_values: Optional[Sequence[str]]) -> tuple[list[str], str]
     return urls, source
 
 
-def open_redlock(urls: Sequence[str], source: str, **options: Any):
+def open_redlock(urls: Sequence[str], source: str, **options: Any) -> Redlock:
     """A Redlock on `urls`; a bad URL or option is a usage error naming where it came from."""
     from hiredlock import EngineUnavailable, Redlock
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def say(message: str) -> None:
@@ -15,7 +19,7 @@ def say(message: str) -> None:
     print(f"hiredlock: {redact(message)}", file=sys.stderr, flush=True)
 
 
-def rich_console():
+def rich_console() -> Optional[Console]:
     """A rich Console for stdout, or None when rich is missing or stdout is not a terminal."""
     if not sys.stdout.isatty():
         return None

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import time
+from typing import Any
 
 RACE_SLEEP = 0.001  # seconds between the read and the write: wide enough to lose updates
 NO_LOCK, NAIVE, HIREDLOCK = "none", "naive", "hiredlock"
@@ -42,7 +43,7 @@ class Keys:
         return [self.stock, self.sold, self.naive_lock, self.ready, self.go, self.crashed]
 
 
-def sell_one(shop, keys: Keys, crash_at: int) -> bool:
+def sell_one(shop: Any, keys: Keys, crash_at: int) -> bool:
     """One sale; False once sold out. Racy unless a lock is held."""
     stock = int(shop.get(keys.stock))
     if stock <= 0:
@@ -55,7 +56,7 @@ def sell_one(shop, keys: Keys, crash_at: int) -> bool:
     return True
 
 
-def sell(config: dict) -> None:
+def sell(config: dict[str, Any]) -> None:
     from .clients import redis_client
 
     keys = Keys(config["prefix"])

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from .exits import FAILED, CliError
 from .race import URL_KEYS, URLS_ENV, Keys
@@ -49,14 +49,16 @@ class Progress:
 class Round:
     """Runs `workers` sellers in `mode`; stop() kills what still runs (safe at any time)."""
 
-    def __init__(self, mode: str, shop, config: dict, workers: int, tickets: int) -> None:
+    def __init__(
+        self, mode: str, shop: Any, config: dict[str, Any], workers: int, tickets: int
+    ) -> None:
         self.mode = mode
         self.shop = shop
         self.keys = Keys(config["prefix"])
         self.config = {**config, "mode": mode, "parent": os.getpid()}
         self.workers = workers
         self.tickets = tickets
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[subprocess.Popen[bytes]] = []
 
     def run(self, show: Callable[[Progress], None]) -> Result:
         self.shop.delete(*self.keys.shop_keys())

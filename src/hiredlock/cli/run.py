@@ -16,11 +16,15 @@ import os
 import random
 import signal
 import time
+from typing import TYPE_CHECKING
 
 from .child import Child, open_fds
 from .exits import BUSY, LOST, SIGNALLED, UNREACHABLE, USAGE, CliError
 from .masters import failed_votes, lost_votes, master_urls, open_redlock
 from .output import say
+
+if TYPE_CHECKING:
+    from hiredlock import Lock
 
 FORWARDED = (
     signal.SIGHUP,
@@ -85,7 +89,7 @@ def _wake(_lock: object) -> None:
     os.kill(os.getpid(), signal.SIGCHLD)
 
 
-def _acquire(lock, options: argparse.Namespace) -> None:
+def _acquire(lock: Lock, options: argparse.Namespace) -> None:
     """Tries until the lock is ours, or --wait has passed and TRIES were made.
 
     Even with --wait 0 a few quick tries are made: contenders that start at the same moment
@@ -129,7 +133,7 @@ def _acquire(lock, options: argparse.Namespace) -> None:
             )
 
 
-def _supervise(child: Child, lock, options: argparse.Namespace) -> int:
+def _supervise(child: Child, lock: Lock, options: argparse.Namespace) -> int:
     """Waits for the command, passing signals on; terminates it if the lock is lost."""
     while True:
         status = child.poll()
@@ -147,7 +151,7 @@ def _supervise(child: Child, lock, options: argparse.Namespace) -> int:
             child.forward(info)
 
 
-def _release(lock, errors: type) -> None:
+def _release(lock: Lock, errors: type[BaseException]) -> None:
     try:
         lock.release()
     except errors as exc:  # the command has ended: a failed release is worth a warning only

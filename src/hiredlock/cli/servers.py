@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from .clients import redis_client
 from .exits import FAILED, CliError
@@ -34,6 +34,7 @@ EMBEDDED = (
 START_TIMEOUT = 10.0  # seconds a new server gets to answer PING
 PORT_ATTEMPTS = 20  # a probed free port may be taken by someone else before the server binds it
 
+_prctl: Optional[Callable[..., int]]
 try:
     _prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up now: not between fork and exec
 except (OSError, AttributeError):
@@ -89,7 +90,8 @@ def _version(path: str) -> str:
 def _free_port() -> int:
     with socket.socket() as sock:  # the kernel picks a port that is free right now
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def die_with_parent() -> None:
@@ -109,7 +111,7 @@ class LocalServers:
         self.count = count
         self.prefix = prefix
         self.dir: Optional[str] = None
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[subprocess.Popen[bytes]] = []
         self.urls: list[str] = []
 
     def __enter__(self) -> LocalServers:
@@ -147,7 +149,7 @@ class LocalServers:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
 
-    def _spawn(self) -> tuple[subprocess.Popen, int]:
+    def _spawn(self) -> tuple[subprocess.Popen[bytes], int]:
         assert self.dir is not None
         port = _free_port()
         argv = [self.binary.path, "--port", str(port), "--bind", "127.0.0.1"]
@@ -164,14 +166,14 @@ class LocalServers:
         self.procs.append(proc)  # registered at once: stop() kills it whatever happens next
         return proc, port
 
-    def _kill(self, proc: subprocess.Popen) -> None:
+    def _kill(self, proc: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         proc.wait()
         self.procs.remove(proc)
 
     @staticmethod
-    def _answers(proc: subprocess.Popen, port: int) -> bool:
+    def _answers(proc: subprocess.Popen[bytes], port: int) -> bool:
         """True once the server on `port` answers PING and is `proc`, not someone else's."""
         import redis
 
