@@ -40,6 +40,8 @@ lint: install
 	$(VENV)/bin/ruff format --check src tests tools setup.py
 	# cython-lint runs pycodestyle as a command: the venv's, found on PATH
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/cython-lint _native
+	# mypy --strict over src/ ([tool.mypy] in pyproject.toml)
+	$(VENV)/bin/mypy
 
 # The main job: the ticket race on 5 local masters started and stopped by the demo itself.
 # "hiredlock[cli]" adds the cli extra (rich) to the package `install` just built, without a rebuild.
