@@ -3,7 +3,7 @@
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, ClassVar, Optional, final
 
-from ._core.config import MasterSpec
+from ._core.masters import MasterSpec
 from ._core.requests import Pause, Request, RoundRequest
 from ._engines.contract import RoundResult
 

@@ -80,7 +80,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Callable, NamedTuple, Optional, Protocol
 
-from .._core.config import MasterSpec
+from .._core.masters import MasterSpec
 from .._core.requests import RoundRequest
 
 

@@ -14,7 +14,7 @@ import socket
 from collections import deque
 from typing import Any, Optional
 
-from .._core.config import MasterSpec
+from .._core.masters import MasterSpec
 from .._core.scripts import Outcome
 from .connect import PLAINTEXT_RESET, login_commands, place_of, start_connect
 from .poller import POLLIN, POLLOUT

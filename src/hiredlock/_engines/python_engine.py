@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from .._core import fork as _fork
-from .._core.config import MasterSpec
+from .._core.masters import MasterSpec
 from .._core.requests import RoundRequest, SetNx
 from .._core.scripts import CONNECT_TIMEOUT_MIN_MS
 from .._core.scripts import quorum as _quorum_of
