@@ -33,11 +33,12 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from .._core import fork as _fork
 from .._core.masters import MasterSpec
 from . import resolver as _resolver
-from .connect import direct_address, login_commands, place_of, start_connect
+from .connect import direct_address
+from .link import CONNECTING, READY, Link
 from .master_policy import Backoff
 from .poller import POLLIN, POLLOUT, new_poller
-from .resp import NOT_READY, ProtocolError, Reader, ReplyError, pack_command
-from .tls import TLSChannel, TLSError
+from .resp import NOT_READY, ProtocolError, ReplyError, pack_command
+from .tls import TLSError
 
 if TYPE_CHECKING:
     from .._core.session import Session
@@ -58,57 +59,25 @@ CONNECT_TIMEOUT_S = 2.0
 # and how soon a subscriber whose master has no address yet looks again.
 TICK_S = 0.1
 
-_DOWN = 0
-_CONNECTING = 1
-_HANDSHAKE = 2
-_UP = 3
-
-_RECV_BYTES = 65536
-
 
 class SubscriberRefused(ProtocolError):
     """The master answered the subscriber's login or SUBSCRIBE with an error."""
 
 
-class Subscriber:
-    """One master's pub/sub connection: a non-blocking state machine a driver feeds with its
-    socket's readiness. Raises OSError, TLSError or ProtocolError when the connection is
-    unusable (the board drops it)."""
+class Subscriber(Link):
+    """One master's pub/sub connection (its steps: _engines/link.py): a non-blocking state
+    machine a driver feeds with its socket's readiness. Raises OSError (Broken), TLSError or
+    ProtocolError when the connection is unusable (the board drops it)."""
 
-    __slots__ = (
-        "_host",
-        "_login",
-        "_logins_owed",
-        "_n_login",
-        "_reader",
-        "_since",
-        "_tls",
-        "_unsent",
-        "asked",
-        "backoff",
-        "confirmed",
-        "place",
-        "sock",
-        "spec",
-        "state",
-    )
+    __slots__ = ("_logins_owed", "_since", "asked", "backoff", "confirmed")
 
     def __init__(self, spec: MasterSpec) -> None:
-        self.spec = spec
-        self.place = place_of(spec)
-        self._login, n_login = login_commands(spec)
+        super().__init__(spec)
         self._logins_owed = 0
-        self.sock: Optional[socket.socket] = None
-        self._tls: Optional[TLSChannel] = None
-        self._reader = Reader()
-        self._unsent = b""
-        self.state = _DOWN
         self._since = 0.0
-        self._host: Optional[str] = None  # the name TLS checks (SNI), from the address
         self.asked: set[bytes] = set()  # channels SUBSCRIBE was sent for on this connection
         self.confirmed: set[bytes] = set()  # channels the master confirmed
         self.backoff = Backoff(RECONNECT_MIN_S, RECONNECT_MAX_S)
-        self._n_login = n_login
 
     def open(self, now: float) -> bool:
         """Starts connecting; False when the master has no address yet (looked up meanwhile)."""
@@ -119,15 +88,10 @@ class Subscriber:
             if isinstance(found, str):
                 return False  # (no address yet: the lookup goes on in the background)
             address = found
-        self.sock, connected = start_connect(self.spec, address)
-        self._host = address.host if address is not None else None
-        self._reader = Reader()
-        self._unsent = b""
-        self._tls = None
+        connected = self.start(address)
         self.asked = set()
         self.confirmed = set()
         self._since = now
-        self.state = _CONNECTING
         if connected:
             self._connected()
         return True
@@ -135,15 +99,8 @@ class Subscriber:
     def fileno(self) -> int:
         return self.sock.fileno() if self.sock is not None else -1
 
-    def events_wanted(self) -> int:
-        if self.state == _CONNECTING:
-            return POLLOUT
-        if self._unsent or (self._tls is not None and self._tls.wants_write):
-            return POLLIN | POLLOUT
-        return POLLIN
-
     def overdue(self, now: float) -> bool:
-        return self.state in (_CONNECTING, _HANDSHAKE) and now - self._since > CONNECT_TIMEOUT_S
+        return self.state == CONNECTING and now - self._since > CONNECT_TIMEOUT_S
 
     def next_due(self, now: float) -> Optional[float]:
         """When this subscriber needs the board with no event of its socket (channels being
@@ -152,39 +109,28 @@ class Subscriber:
             # (past its pause and still closed: its master's address is being looked up)
             until = self.backoff.until
             return until if until > now else now + TICK_S
-        if self.state in (_CONNECTING, _HANDSHAKE):
+        if self.state == CONNECTING:
             return self._since + CONNECT_TIMEOUT_S
         return None
 
     def on_writable(self) -> None:
-        if self.state == _CONNECTING:
-            error = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)  # type: ignore[union-attr]
-            if error:
-                raise OSError(error, "connect failed")
+        if self.state == CONNECTING:
             self._connected()
-            return
-        self._flush()
+        else:
+            self.flush()
 
     def on_readable(self) -> list[tuple[bytes, bytes]]:
         """The messages that arrived: (b"message" or b"subscribe", channel) pairs."""
-        if self.state == _CONNECTING:
-            self.on_writable()
+        if self.state == CONNECTING:
+            self._connected()
             return []
-        if self.state == _HANDSHAKE:
-            self._handshake()
-            return []
-        if self._tls is not None:
-            data = self._tls.read()
-        else:
-            data = self.sock.recv(_RECV_BYTES)  # type: ignore[union-attr]
-            if not data:
-                raise OSError("connection closed by the master")
+        data = self.receive()
         if not data:
             return []
-        self._reader.feed(data)
+        self.reader.feed(data)
         out: list[tuple[bytes, bytes]] = []
         while True:
-            reply = self._reader.get()
+            reply = self.reader.get()
             if reply is NOT_READY:
                 return out
             if type(reply) is ReplyError:
@@ -209,15 +155,11 @@ class Subscriber:
             self.asked.difference_update(unsubscribe)
             self.confirmed.difference_update(unsubscribe)
         if data:
-            self._send(data)
+            self.push(data)
 
     def close(self) -> None:
         """Closes the connection (only close(): nothing is sent, as a forked child needs)."""
-        sock, self.sock = self.sock, None
-        if sock is not None:
-            sock.close()
-        self._tls = None
-        self.state = _DOWN
+        super().close()
         self.asked = set()
         self.confirmed = set()
 
@@ -228,40 +170,13 @@ class Subscriber:
         self.backoff.failed(now, pause_s)
 
     def _connected(self) -> None:
-        if self.spec.tls is not None:
-            self._tls = TLSChannel(self.spec.tls, self.sock, self._host)
-            self.state = _HANDSHAKE
-            self._handshake()
+        """A step of the connect (and a TLS master's handshake); once it is over, the login."""
+        if not self.connected():
             return
-        self._ready()
-
-    def _handshake(self) -> None:
-        if self._tls.handshake():  # type: ignore[union-attr]
-            self._ready()
-
-    def _ready(self) -> None:
-        self.state = _UP
-        self._logins_owed = self._n_login
-        if self._login:
-            self._send(self._login)
-
-    def _send(self, data: bytes) -> None:
-        if self._tls is not None:
-            self._tls.write(data)
-            return
-        self._unsent += data
-        self._flush()
-
-    def _flush(self) -> None:
-        if self._tls is not None:
-            self._tls.flush()
-            return
-        if self._unsent:
-            try:
-                sent = self.sock.send(self._unsent)  # type: ignore[union-attr]
-            except BlockingIOError:
-                sent = 0
-            self._unsent = self._unsent[sent:]
+        self.state = READY
+        self._logins_owed = self.n_login
+        if self.login:
+            self.push(self.login)
 
 
 class NoticeBoard:
@@ -345,7 +260,7 @@ class NoticeBoard:
             if subscriber.overdue(now):
                 self.drop(subscriber, now)
                 continue
-            if subscriber.state == _UP:
+            if subscriber.state == READY:
                 try:
                     subscriber.subscribe(
                         sorted(channels - subscriber.asked), sorted(subscriber.asked - channels)
@@ -354,7 +269,7 @@ class NoticeBoard:
                     self.drop(subscriber, now)
 
     def readable(self, subscriber: Subscriber, now: float) -> None:
-        was_up = subscriber.state == _UP
+        was_up = subscriber.state == READY
         try:
             messages = subscriber.on_readable()
         except SubscriberRefused:
@@ -370,17 +285,17 @@ class NoticeBoard:
                 channel in other.confirmed for other in self.subscribers if other is not subscriber
             ):
                 self.wake(channel)  # the first master that will tell us: try again now
-        if not was_up and subscriber.state == _UP:
+        if not was_up and subscriber.state == READY:
             self.service(now)  # its subscriptions go out at once
 
     def writable(self, subscriber: Subscriber, now: float) -> None:
-        was_up = subscriber.state == _UP
+        was_up = subscriber.state == READY
         try:
             subscriber.on_writable()
         except (OSError, TLSError):
             self.drop(subscriber, now)
             return
-        if not was_up and subscriber.state == _UP:
+        if not was_up and subscriber.state == READY:
             self.service(now)
 
     def wake(self, channel: bytes) -> None:

@@ -12,7 +12,6 @@ connection is dropped, never read as if in step.
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Sequence
 from typing import Any, Optional
@@ -31,26 +30,20 @@ from .connect import (
     local_error,
 )
 from .contract import RoundResult
+from .link import CONNECTING, READY, Broken, os_error_text
 from .master import (
     CONN_ERROR,
-    CONNECTING,
     HUNG_UP,
-    IN_CHANNEL,
     KIND_SCRIPT,
     KIND_SET,
     LOGIN,
     POLLRDHUP,
-    READY,
-    RECV_BYTES,
     Master,
-    events_wanted,
-    os_error_text,
 )
 from .master_policy import MasterPolicy
 from .poller import POLLIN, new_poller
 from .resp import NOT_READY, ProtocolError, ReplyError, pack_command, pack_set_nx_px
 from .round import Evals, Round, Votes, run_blocking
-from .tls import TLSChannel, TLSError
 
 _CONNECT_MIN_NS = int(CONNECT_TIMEOUT_MIN_MS * 1_000_000)
 
@@ -223,7 +216,7 @@ class PythonEngine:
         poller = new_poller()
         for fd, master in idle.items():
             if master.state == CONNECTING:
-                poller.register(fd, events_wanted(master))
+                poller.register(fd, master.events_wanted())
             else:
                 poller.register(fd, POLLIN | POLLRDHUP)
         for fd, events in poller.poll(0):
@@ -246,24 +239,11 @@ class PythonEngine:
         """Between rounds, what Round._connected does in one: confirms a connect, or takes a TLS
         handshake a step further; False when the connection cannot be used (why does not matter
         here: the round that follows connects afresh and tells)."""
-        if master.channel is None:
-            if master.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):  # type: ignore[union-attr]
-                return False
-            if master.spec.tls is not None:
-                try:
-                    host = master.spec.host or master.address.host
-                    master.channel = TLSChannel(master.spec.tls, master.sock, host)
-                except TLSError:
-                    return False
-        if master.channel is not None:
-            try:
-                if not master.channel.handshake():
-                    return True  # goes on (in the round, or before the next one)
-            except TLSError:
-                return False
-            if master.channel.wants_write:
-                master.unsent = IN_CHANNEL
-        master.state = READY
+        try:
+            if master.connected():
+                master.state = READY
+        except Broken:
+            return False
         return True
 
     @staticmethod
@@ -271,24 +251,13 @@ class PythonEngine:
         """Reads the replies an idle connection received; False when it cannot be used."""
         reader = master.reader
         owed = master.owed
-        channel = master.channel
         while True:
-            if channel is not None:
-                try:
-                    data = channel.read()
-                except TLSError:
-                    return False
-                if not data:
-                    return True
-            else:
-                try:
-                    data = master.sock.recv(RECV_BYTES)  # type: ignore[union-attr]
-                except BlockingIOError:
-                    return True
-                except OSError:
-                    return False
-                if not data:
-                    return False  # closed by the master
+            try:
+                data = master.receive()
+            except Broken:
+                return False  # (closed by the master, say)
+            if not data:
+                return True
             reader.feed(data)
             while True:
                 try:
@@ -309,7 +278,9 @@ class PythonEngine:
                     and type(reply) is ReplyError
                     and reply.text.startswith("NOSCRIPT")
                 ):
-                    if master.push(entry) is not None:
+                    try:
+                        master.push(entry)
+                    except Broken:
                         return False
                     owed.append(None)
 

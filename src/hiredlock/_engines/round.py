@@ -11,8 +11,6 @@ run_blocking, below; the asyncio one is aio/_driver.py.
 
 from __future__ import annotations
 
-import os
-import socket
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -21,28 +19,22 @@ from typing import Any, Optional
 from .._core.scripts import MAX_STALE_REPLIES
 from .connect import CONNECT_TIMED_OUT, TLS_HANDSHAKE_TIMED_OUT
 from .contract import RoundResult
+from .link import CONNECTING, READY, Broken, handshake_events
 from .master import (
     CONN_ERROR,
-    CONNECTING,
     ERROR,
-    IN_CHANNEL,
     KIND_SET,
     LOGIN,
     OK,
     PENDING,
-    READY,
-    RECV_BYTES,
     SKIPPED,
     TAKEN,
     TIMEOUT,
     Master,
-    events_wanted,
-    handshake_events,
 )
 from .master_policy import MasterPolicy, MasterReport
 from .poller import POLLIN, POLLOUT, new_poller
 from .resp import NOT_READY, ProtocolError, ReplyError, ReplyTooLarge, pack_command
-from .tls import TLSChannel, TLSError
 
 _MAX_DETAIL = 400  # characters of an error text kept in a vote (as the native engine)
 
@@ -253,7 +245,7 @@ class Round:
     # -- what a driver calls (contract: Round) ---------------------------------------------------
 
     def fds_wanted(self) -> dict[int, int]:
-        return {fd: events_wanted(master) for fd, master in self.active.items()}
+        return {fd: master.events_wanted() for fd, master in self.active.items()}
 
     def finished(self) -> bool:
         return self.over or self._stop()
@@ -421,40 +413,23 @@ class Round:
         else:
             owed.extend(range(n_items))
         master.todo = n_items
-        error = master.push(data)
-        if error is not None:
-            self.fail(master, CONN_ERROR, error)
+        try:
+            master.push(data)
+        except Broken as exc:
+            self.fail(master, CONN_ERROR, str(exc))
             return
         self.watch(master)
 
     def _connected(self, master: Master) -> None:
         """Finishes a non-blocking connect (and a TLS master's handshake, step by step); then the
         login and the round's commands go."""
-        tls = master.spec.tls
-        if master.channel is None:
-            error = master.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)  # type: ignore[union-attr]
-            if error:
-                self.fail(master, CONN_ERROR, os.strerror(error), unreached=True)
-                return
-            if tls is not None:
-                try:
-                    # (a Sentinel group's master is known by the address the sentinels gave)
-                    host = master.spec.host or master.address.host
-                    master.channel = TLSChannel(tls, master.sock, host)
-                except TLSError as exc:
-                    self.fail(master, CONN_ERROR, str(exc), unreached=True)
-                    return
-        if master.channel is not None and master.state == CONNECTING:
-            try:
-                done = master.channel.handshake()
-            except TLSError as exc:
-                self.fail(master, CONN_ERROR, str(exc), unreached=True)
-                return
-            if not done:
+        try:
+            if not master.connected():
                 self.watch(master)  # (what the handshake waits for now)
                 return
-            if master.channel.wants_write:
-                master.unsent = IN_CHANNEL
+        except Broken as exc:
+            self.fail(master, CONN_ERROR, str(exc), unreached=True)
+            return
         master.state = READY
         self.up |= master.bit
         # connected in this round (opened in an earlier one, maybe): its login and first
@@ -466,52 +441,24 @@ class Round:
 
     def _flush(self, master: Master) -> bool:
         """Writes more of what the socket did not take; False when the connection failed."""
-        if master.channel is not None:
-            try:
-                done = master.channel.flush()
-            except TLSError as exc:
-                self.fail(master, CONN_ERROR, str(exc))
-                return False
-            if done:
-                master.unsent = None
-                self.poller.register(master.fd, POLLIN)
-            return True
-        unsent = master.unsent
         try:
-            sent = master.sock.send(unsent)  # type: ignore[union-attr,arg-type]
-        except BlockingIOError:
-            return True
-        except OSError as exc:
-            self.fail(master, CONN_ERROR, master.broken(exc))
+            master.flush()
+        except Broken as exc:
+            self.fail(master, CONN_ERROR, str(exc))
             return False
-        if sent < len(unsent):  # type: ignore[arg-type]
-            master.unsent = unsent[sent:]  # type: ignore[index]
-        else:
-            master.unsent = None
+        if master.unsent is None:
             self.poller.register(master.fd, POLLIN)
         return True
 
     def _read(self, master: Master) -> bool:
         """Reads what arrived and counts every whole reply; False when the connection failed."""
-        if master.channel is not None:
-            try:
-                data = master.channel.read()
-            except TLSError as exc:
-                self.fail(master, CONN_ERROR, str(exc))
-                return False
-            if not data:
-                return True  # TLS records only, so far
-        else:
-            try:
-                data = master.sock.recv(RECV_BYTES)  # type: ignore[union-attr]
-            except BlockingIOError:
-                return True
-            except OSError as exc:
-                self.fail(master, CONN_ERROR, master.broken(exc))
-                return False
-            if not data:
-                self.fail(master, CONN_ERROR, "connection closed by the master")
-                return False
+        try:
+            data = master.receive()
+        except Broken as exc:
+            self.fail(master, CONN_ERROR, str(exc))
+            return False
+        if not data:
+            return True  # nothing yet (TLS records only, say)
         reader = master.reader
         reader.feed(data)
         owed = master.owed
@@ -567,9 +514,10 @@ class Round:
     def _send(self, master: Master, data: bytes) -> bool:
         """Writes one more command in the middle of a round; False when the connection failed."""
         had_unsent = master.unsent is not None
-        error = master.push(data)
-        if error is not None:
-            self.fail(master, CONN_ERROR, error)
+        try:
+            master.push(data)
+        except Broken as exc:
+            self.fail(master, CONN_ERROR, str(exc))
             return False
         if master.unsent is not None and not had_unsent:
             self.poller.register(master.fd, POLLIN | POLLOUT)
