@@ -22,6 +22,10 @@ from hiredlock.aio import AsyncRedlock
 
 THREADS = 8
 TTL = 10.0  # long: a key left behind is seen, not hidden by its expiry
+# What is tested is the local gate, not the masters' speed: a round may wait long for its replies
+# (with the ttl's default of 50 ms, a release on a loaded machine timed out and raised LockLost);
+# short enough that a waiting mark (its window is 2 x this + 3000 x retry_delay) lasts under 1 s.
+MASTER_TIMEOUT = 0.3
 
 
 class Occupancy:
@@ -79,7 +83,7 @@ def _check(occupancy: Occupancy, most: int = 1) -> None:
 
 def test_a_lock_shared_by_threads_lets_one_in_at_a_time(make_redlock, masters5, key):
     servers = masters5[:3]
-    rl = make_redlock(urls(servers), retry_delay=0.01)
+    rl = make_redlock(urls(servers), retry_delay=0.01, master_timeout=MASTER_TIMEOUT)
     lock = rl.lock(key, TTL)
     occupancy = _loop_on(lambda: lock, 3.0)
     _check(occupancy)
@@ -91,7 +95,7 @@ def test_each_kind_shared_by_threads_lets_one_in_at_a_time(make_redlock, masters
     """A fair lock, one side of a read-write lock, an RLock (per thread, as ever) and one
     Permit object: each object has one holder at a time."""
     servers = masters5[:3]
-    rl = make_redlock(urls(servers), retry_delay=0.01)
+    rl = make_redlock(urls(servers), retry_delay=0.01, master_timeout=MASTER_TIMEOUT)
     if kind == "fair":
         obj = rl.lock(key, TTL, fair=True)
     elif kind == "read":
@@ -132,7 +136,7 @@ def lasting_keys(servers, name: str, timeout: float = EVENTUAL) -> list:
 
 def test_a_semaphore_shared_by_threads_admits_its_permits(make_redlock, masters5, key):
     servers = masters5[:3]
-    rl = make_redlock(urls(servers), retry_delay=0.01)
+    rl = make_redlock(urls(servers), retry_delay=0.01, master_timeout=MASTER_TIMEOUT)
     semaphore = rl.semaphore(key, 3, TTL)
     occupancy = _loop_on(lambda: semaphore, 1.0)
     _check(occupancy, most=3)
@@ -142,7 +146,7 @@ def test_a_semaphore_shared_by_threads_admits_its_permits(make_redlock, masters5
 def test_a_non_blocking_acquire_of_a_lock_another_thread_holds_is_false(
     make_redlock, masters5, key
 ):
-    rl = make_redlock(urls(masters5[:3]))
+    rl = make_redlock(urls(masters5[:3]), master_timeout=MASTER_TIMEOUT)
     lock = rl.lock(key, TTL)
     assert lock.acquire(blocking=False)
     outcome: list = []
@@ -161,7 +165,7 @@ def test_a_non_blocking_acquire_of_a_lock_another_thread_holds_is_false(
 
 
 def test_a_waiting_thread_gets_the_lock_object_once_it_is_released(make_redlock, masters5, key):
-    rl = make_redlock(urls(masters5[:3]), retry_delay=0.01)
+    rl = make_redlock(urls(masters5[:3]), retry_delay=0.01, master_timeout=MASTER_TIMEOUT)
     lock = rl.lock(key, TTL)
     assert lock.acquire()
     waiting = threading.Event()
@@ -189,7 +193,9 @@ def test_one_async_lock_shared_by_many_tasks(engine, masters5, key, run_async): 
 
     async def main() -> Occupancy:
         occupancy = Occupancy()
-        async with AsyncRedlock(urls(servers), backend=engine, retry_delay=0.01) as rl:
+        async with AsyncRedlock(
+            urls(servers), backend=engine, retry_delay=0.01, master_timeout=MASTER_TIMEOUT
+        ) as rl:
             lock = rl.lock(key, TTL)
             stop_at = time.monotonic() + 3.0
 
