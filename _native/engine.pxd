@@ -92,6 +92,15 @@ cdef enum:
 # The request types, handed over by set_request_types() (steps.pxi).
 cdef object _SetNx, _RunScript, _Cleanup, _Pause
 
+# What a round reports about a master to the policy: MasterReport's fields, bit by bit.
+cdef enum:
+    REPORT_FAILED = 1          # failed (a connection error, or a connect that timed out)
+    REPORT_UNREACHED = 2       # failed before anything was written to it
+    REPORT_UP = 4              # a connection came up
+    REPORT_LAGGED = 8          # a round ended at or past its bound with replies still owed
+    REPORT_CAUGHT_UP = 16      # lagging, and caught up (or has a new connection)
+    REPORT_READONLY = 32       # answered READONLY
+
 cdef enum:
     MAX_PARTS = 4              # shared leading or trailing arguments of a command
     MAX_ARGS = 16              # per-item arguments (keys and values) of one command
@@ -138,9 +147,6 @@ cdef struct Master:
     redisContext *ctx
     State state
     int64_t connect_deadline   # a connect still pending then is given up
-    int64_t down_until         # acquire rounds do not reconnect before this (backoff)
-    int backoff_ms
-    char last_error[300]       # why it last failed, for the votes of rounds that back off
     int handshake              # AUTH/SELECT replies still owed (they come first)
     int stale                  # replies owed to abandoned rounds (they come next)
     unsigned long long sent    # commands queued on this connection so far
@@ -166,13 +172,20 @@ cdef struct Master:
     bint want_write            # obuf not flushed yet
     bint failed                # failed in this round
     bint waited                # wait_all rounds wait for it (it is not lagging)
-    bint lagging               # a round timed out on it; cleared once it has caught up
-    bint unreached             # its last failure came before anything was written to it
+    # The policy's masks for this master (_engines/master_policy.py), as C reads them: its bit of
+    # policy.lagging (copied after each settle(), cleared once it catches up in the round), and
+    # whether this round skips it (honour_backoff), voting CONN_ERROR with skip_why.
+    bint lagging
+    bint skip
+    const char *skip_why
+    # What the rounds tell the policy about it (MasterReport), REPORT_* bits, until settled
+    int report
+    int64_t failed_at          # when it failed (REPORT_FAILED), and why
+    char why[300]
     # its connection opened or came up in this round, or came up just before it: its login and
     # first commands go in this round (CONNECT_MIN_NS applies)
     bint cold
     bint unqueued              # no round's commands queued on its connection yet
-    int64_t last_round_end     # when a round last ended with this connection open
     # In an event-fed round a closed connection's socket stays open in `doomed` until the round
     # has told its driver (before_close), which must take the fd off its event loop before the
     # number can be reused.
@@ -184,9 +197,6 @@ cdef struct Master:
     bint tls
     bint has_channel           # the current connection's channel exists (READY: handshake done)
     bint tls_wants_write       # the channel holds bytes the socket has not taken yet
-    bint demoted               # a named master answered READONLY in this round
-    bint sentinel              # a Sentinel group's master (named: see _resolve)
-    int64_t check_after        # a sentinel master's address is looked at again from then
     char tls_error[TLS_WHY_SIZE]  # why the channel last failed
 
 
@@ -210,6 +220,13 @@ cdef class NativeEngine:
     # SentinelGroup), else None
     cdef list _places
     cdef list _addresses       # [master]: bytes behind Master.address (kept alive here)
+    cdef list _answers         # [master]: the resolver's answer its connection went to
+    cdef list _skip_why        # [master]: bytes behind Master.skip_why
+    # The per-master rules (_engines/master_policy.py's MasterPolicy, one per engine) and, as of
+    # the last call into it, whether policy.down is not 0 and policy.next_follow (NEVER: none)
+    cdef object policy
+    cdef bint p_down
+    cdef int64_t p_next_follow
     cdef list _channels        # [master]: a TLS master's TLSChannel (see Master.tls)
     cdef object pending_exc    # what a signal handler (or a lookup) raised in this round
     cdef dict script_bits      # sha -> its bit in Master.scripts_known
@@ -245,6 +262,7 @@ cdef class NativeEngine:
     cdef bint c_details            # some vote of the round has a detail text (to free)
     cdef bint c_owed               # what _wanted() found
     cdef bint c_owed_waited
+    cdef bint c_skipping           # some master is skipped in this round (Master.skip)
 
     # engine.pyx: made, grown, closed
     cdef _setup_master(self, int i, spec)
@@ -284,7 +302,7 @@ cdef int _argv(NativeEngine self, Command *cmd, int k, bint as_eval) noexcept no
 cdef int _format_batch(NativeEngine self, Command *cmd) except -1
 cdef int odd_reply(redisReader *r, char kind, char *why) noexcept nogil
 
-# -- master.pxi: one master's connection: connect, login, bytes in and out, failure and backoff
+# -- master.pxi: one master's connection: connect, login, bytes in and out, failure
 # (_engines/python_engine.py's _Master, and PythonEngine's _refresh / _catch_up / _open)
 # (inline: connect_timed_out, plain_failure, connect_events)
 
@@ -294,11 +312,13 @@ cdef Redo *late_reply(Master *m, redisReply *reply) noexcept nogil
 cdef void free_redo(Redo *redo) noexcept nogil
 cdef void drop(Master *m) noexcept nogil
 cdef void bury(Master *m) noexcept nogil
-cdef void fail(Master *m, int64_t now) noexcept nogil
+cdef void fail(Master *m, const char *reason, int64_t now) noexcept nogil
 cdef void _forget_inherited(NativeEngine self) noexcept nogil
 cdef bint _lookup_due(NativeEngine self) noexcept nogil
 cdef bint _resolve(NativeEngine self, int64_t timeout_ns) noexcept with gil
-cdef void _look_again(NativeEngine self, int i) noexcept with gil
+cdef bint _policy_before(NativeEngine self, bint honour_backoff, bint set_round) noexcept with gil
+cdef void _settle(NativeEngine self) noexcept with gil
+cdef int _take_masks(NativeEngine self) except -1
 cdef void _refresh(NativeEngine self) noexcept nogil
 cdef bint _connect(NativeEngine self, int i, int64_t now) noexcept nogil
 cdef const char *_handshake(NativeEngine self, int i) noexcept nogil
@@ -331,8 +351,7 @@ cdef void _run(NativeEngine self, Command *cmd, int64_t timeout_ns, bint wait_al
                bint honour_backoff) noexcept nogil
 cdef bint _signalled(NativeEngine self) noexcept with gil
 cdef bint _cold_can_decide(NativeEngine self) noexcept nogil
-cdef void _prepare(NativeEngine self, int i, Command *cmd, int64_t now,
-                   bint honour_backoff) noexcept nogil
+cdef void _prepare(NativeEngine self, int i, Command *cmd, int64_t now) noexcept nogil
 cdef void _queue_round(NativeEngine self, int i, Command *cmd, int64_t now) noexcept nogil
 cdef void _send_batch(NativeEngine self, int i, Command *cmd, int64_t now) noexcept nogil
 cdef const char *_append_eval(NativeEngine self, int i, Command *cmd, int k) noexcept nogil

@@ -9,8 +9,8 @@ timing rule come from the Python package; this module only moves bytes and count
 
 This file is the umbrella: the constants taken from the Python package, the NativeEngine class
 (the contract's calls), and the parts it includes, each named after what it mirrors in Python:
-resp.pxi (_engines/resp.py), master.pxi (a master's connection: _engines/python_engine.py's
-_Master), round.pxi (a round: python_engine's _Round, _Votes and run_blocking), round_events.pxi
+resp.pxi (_engines/resp.py), master.pxi (a master's connection: _engines/master.py, with
+python_engine.py's steps around a round), round.pxi (a round: _engines/round.py), round_events.pxi
 (NativeRound, the round an event loop feeds: aio/_rounds.py drives it) and steps.pxi (the blocking
 driver of the steps: _engines/blocking.py's run). engine.pxd is the table of contents: the shared
 structs and limits, both classes' fields, every part's C functions.
@@ -21,7 +21,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.ref cimport PyObject
 from libc.errno cimport errno
-from libc.stdint cimport int64_t, uint8_t, uint32_t
+from libc.stdint cimport INT64_MAX, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.stdio cimport snprintf
 from libc.string cimport memcpy, memset, strlen, strncmp
@@ -50,6 +50,7 @@ from libhiredis cimport (
     redisReply,
 )
 
+import math
 import os
 
 from hiredlock._core import scripts as _scripts
@@ -58,6 +59,7 @@ from hiredlock._engines import poller as _poller
 from hiredlock._engines import resolver as _resolver
 from hiredlock._engines import tls as _tls
 from hiredlock._engines.connect import LOCAL_ERRNOS, LOCAL_ERROR_PREFIX
+from hiredlock._engines.master_policy import MasterPolicy, MasterReport
 
 
 HIREDIS_VERSION = f"{HIREDIS_MAJOR}.{HIREDIS_MINOR}.{HIREDIS_PATCH}"
@@ -71,8 +73,6 @@ cdef uint8_t ERROR = _scripts.Outcome.ERROR
 cdef uint8_t SKIPPED = _scripts.Outcome.SKIPPED
 cdef uint8_t PENDING = 255
 cdef int MAX_STALE = _scripts.MAX_STALE_REPLIES
-cdef int BACKOFF_MIN_MS = _scripts.RECONNECT_BACKOFF_MIN_MS
-cdef int BACKOFF_MAX_MS = _scripts.RECONNECT_BACKOFF_MAX_MS
 # The largest reply a lock command may get: libhiredis keeps a reply's bytes until it is whole,
 # and builds an array's elements as they come, so a master could make it take any amount of
 # memory otherwise.
@@ -83,9 +83,8 @@ cdef int64_t CONNECT_MIN_NS = <int64_t>(_scripts.CONNECT_TIMEOUT_MIN_MS * 1e6)
 # delivered to another thread than the one in poll() (no EINTR here then), and WSAPoll is never
 # interrupted at all. A round that decides sooner never takes it.
 cdef int64_t SIGNAL_SLICE_NS = 10 * 1000000
-# How often a round looks whether the sentinels name a new master for a group it is connected to
-# (a cache read: _resolver asks the sentinels in the background).
-cdef int64_t SENTINEL_CHECK_NS = <int64_t>(_resolver.SENTINEL_CHECK_S * 1e9)
+# NativeEngine.p_next_follow when the policy has no Sentinel group to follow
+cdef int64_t NEVER = INT64_MAX
 # What a vote says when a connection did not start: the Python package's texts
 # (_engines/connect.py), the same on both engines.
 cdef bytes _CONNECT_TIMED_OUT = connecting.CONNECT_TIMED_OUT.encode()
@@ -161,6 +160,8 @@ cdef class NativeEngine:
         self._keepalive = []
         self._places = [None] * self.n
         self._addresses = [None] * self.n
+        self._answers = [None] * self.n
+        self._skip_why = [None] * self.n
         self._channels = [None] * self.n
         self.script_bits = {}
         self.specs = specs
@@ -168,6 +169,8 @@ cdef class NativeEngine:
         for i in range(self.n):
             self._setup_master(i, specs[i])
         self._grow(1)
+        self.policy = MasterPolicy(self._places)
+        _take_masks(self)
         _resolver.prefetch([place for place in self._places if place is not None])
 
     cdef _setup_master(self, int i, spec):
@@ -178,7 +181,6 @@ cdef class NativeEngine:
         elif spec.sentinel is not None:
             # its address is the master the sentinels name: see _resolve
             m.named = True
-            m.sentinel = True
             snprintf(m.resolve_error, sizeof(m.resolve_error), b"%s", b"not looked up yet")
             self._places[i] = spec.sentinel
             self.n_named += 1
@@ -287,8 +289,8 @@ cdef class NativeEngine:
         self.closed = True
 
     cpdef bint owes_replies(self):
-        """True when a master still owes replies to a round that ended, or has bytes of one not
-        written yet: commands of that round may still run there, after this moment."""
+        """(contract: Engine.owes_replies) Replies owed, or bytes unwritten, by a round that
+        ended."""
         cdef int i
         cdef Master *m
         for i in range(self.n):
@@ -395,6 +397,6 @@ cdef class NativeEngine:
             self.beginning = False
 
     def finish(self, NativeRound rnd not None):
-        """The results of a round a driver is done with (ended first if need be)."""
+        """(contract: Engine.finish) A round's results; it is ended first if need be."""
         rnd.end()
         return rnd.results

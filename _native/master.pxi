@@ -1,12 +1,13 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
 # cython: cdivision=True, embedsignature=True
-# One master's connection: connect, login, bytes in and out, failure and backoff.
+# One master's connection: connect, login, bytes in and out, failure.
 #
-# The mirror of hiredlock/_engines/python_engine.py's _Master, with PythonEngine's _refresh,
-# _catch_up and _open: connect and the login (AUTH/SELECT), names looked up before the round, the
-# replies owed to rounds that ended, bytes in and out (libhiredis's buffers or a TLS channel), and
-# a failure with its reconnect backoff. Included by engine.pyx; its C functions are declared in
-# engine.pxd, the Master struct too.
+# The mirror of hiredlock/_engines/master.py, with python_engine.py's _refresh, _catch_up, _start
+# and _open: connect and the login (AUTH/SELECT), names looked up before the round, the replies
+# owed to rounds that ended, bytes in and out (libhiredis's buffers or a TLS channel), a failure,
+# and the calls into the engine's MasterPolicy (what a master's failures mean for later rounds is
+# there, not here). Included by engine.pyx; its C functions are declared in engine.pxd, the Master
+# struct too.
 
 cdef bint is_local_failure(const char *text) noexcept nogil:
     """Whether libhiredis's connect error text is one of the local errors."""
@@ -51,7 +52,9 @@ cdef Redo *late_reply(Master *m, redisReply *reply) noexcept nogil:
             m.redo_tail = NULL
         again = redo
     forget_redo(m, seq + 1)
-    m.lagging = m.lagging and m.stale > 0
+    if m.lagging and m.stale == 0:
+        m.lagging = False
+        m.report |= REPORT_CAUGHT_UP
     return again
 
 
@@ -60,7 +63,7 @@ cdef void free_redo(Redo *redo) noexcept nogil:
     free(redo)
 
 
-# -- closing, failure and backoff -------------------------------------------------------------
+# -- closing and failure ------------------------------------------------------------------------
 
 cdef void drop(Master *m) noexcept nogil:
     """Closes the connection (close() only: no bytes are sent, safe in a forked child)."""
@@ -77,11 +80,9 @@ cdef void drop(Master *m) noexcept nogil:
     m.stale = 0
     m.handshake = 0
     m.want_write = False
-    m.lagging = False
     m.scripts_known = 0
     m.has_channel = False
     m.tls_wants_write = False
-    m.demoted = False
 
 
 cdef void bury(Master *m) noexcept nogil:
@@ -91,16 +92,13 @@ cdef void bury(Master *m) noexcept nogil:
         m.doomed = NULL
 
 
-cdef void fail(Master *m, int64_t now) noexcept nogil:
-    """Drops the connection after a failure and pauses reconnects, longer each time."""
-    m.unreached = m.state != READY
+cdef void fail(Master *m, const char *reason, int64_t now) noexcept nogil:
+    """Drops the connection after a failure, reported to the policy at the round's end
+    (unreached: nothing was written to it, its connection was not up)."""
+    m.report |= REPORT_FAILED if m.state == READY else REPORT_FAILED | REPORT_UNREACHED
+    m.failed_at = now
+    snprintf(m.why, sizeof(m.why), b"%s", reason)
     drop(m)
-    m.backoff_ms = m.backoff_ms * 2
-    if m.backoff_ms < BACKOFF_MIN_MS:
-        m.backoff_ms = BACKOFF_MIN_MS
-    if m.backoff_ms > BACKOFF_MAX_MS:
-        m.backoff_ms = BACKOFF_MAX_MS
-    m.down_until = now + <int64_t>m.backoff_ms * 1000000
 
 
 cdef inline const char *connect_timed_out(Master *m) noexcept nogil:
@@ -136,14 +134,10 @@ cdef void _forget_inherited(NativeEngine self) noexcept nogil:
 
 
 cdef bint _lookup_due(NativeEngine self) noexcept nogil:
-    """Whether a named master has no connection (this round may open one), or a Sentinel
-    group's master is due for a look at where the sentinels say it is now."""
+    """Whether a named master has no connection (this round may open one)."""
     cdef int i
-    cdef int64_t now = now_ns()
     for i in range(self.n):
-        if self.masters[i].named and (
-                self.masters[i].ctx == NULL
-                or (self.masters[i].sentinel and now >= self.masters[i].check_after)):
+        if self.masters[i].named and self.masters[i].ctx == NULL and not self.masters[i].skip:
             return True
     return False
 
@@ -154,12 +148,10 @@ cdef bint _resolve(NativeEngine self, int64_t timeout_ns) noexcept with gil:
     lookup). False when interrupted (the exception is kept, as in _signalled)."""
     cdef int i
     cdef Master *m
-    cdef bytes text, host
-    cdef int64_t now = now_ns()
+    cdef bytes text
     indices = [i for i in range(self.n)
-               if self.masters[i].named and (
-                   self.masters[i].ctx == NULL
-                   or (self.masters[i].sentinel and now >= self.masters[i].check_after))]
+               if self.masters[i].named and self.masters[i].ctx == NULL
+               and not self.masters[i].skip]
     try:
         answers = _resolver.lookup_many(
             [self._places[i] for i in indices],
@@ -169,46 +161,112 @@ cdef bint _resolve(NativeEngine self, int64_t timeout_ns) noexcept with gil:
         return False
     for i, answer in zip(indices, answers):
         m = &self.masters[i]
-        if m.sentinel:
-            m.check_after = now + SENTINEL_CHECK_NS
-        if m.ctx != NULL:
-            # A Sentinel group's master with a connection: if the sentinels name another
-            # master now (a failover), the connection goes and this round opens a new one.
-            # So it does when the cache names none any more (the sentinels have not answered
-            # for the stale lifetime of their last answer): this round's vote is why.
-            if not isinstance(answer, str):
-                host = answer.host.encode()
-                if host == self._addresses[i] and answer.port == m.port:
-                    continue
-            drop(m)
         if isinstance(answer, str):
             text = answer.encode("utf-8", "replace")
             m.address = NULL
             snprintf(m.resolve_error, sizeof(m.resolve_error), b"%s", <char *>text)
         else:
+            self._answers[i] = answer
             self._addresses[i] = answer.host.encode()
             m.address = PyBytes_AS_STRING(self._addresses[i])
             m.port = answer.port  # (a Sentinel group's master has a port of its own)
     return True
 
 
-cdef void _look_again(NativeEngine self, int i) noexcept with gil:
-    """A named master failed us: its address may have moved (a failover, a DNS change), so
-    it is looked up again now, in the background (see _resolver.refresh)."""
+# -- the engine's MasterPolicy: its masks before a round, the round's report after ------------
+
+cdef bint _policy_before(NativeEngine self, bint honour_backoff, bint set_round) noexcept with gil:
+    """Asks the policy what it only says when a mask may not be 0 (master_policy: failover,
+    honour_backoff): drops the connections it says go, marks the masters it skips. False when
+    interrupted (the exception is kept, as in _signalled)."""
+    cdef int i
+    cdef Master *m
+    cdef bytes why
+    cdef int64_t now = now_ns()
+    policy = self.policy
     try:
-        _resolver.refresh(self._places[i])
+        if now >= self.p_next_follow:
+            gone = policy.follow(
+                now, [self._answers[i] if self.masters[i].ctx != NULL else None
+                      for i in range(self.n)])
+            if gone:
+                for i in range(self.n):
+                    if (gone >> i) & 1:
+                        drop(&self.masters[i])
+        if honour_backoff and self.p_down:
+            skip = policy.skipped(now, set_round)
+            if skip:
+                self.c_skipping = True
+                for i in range(self.n):
+                    m = &self.masters[i]
+                    m.skip = (skip >> i) & 1
+                    if m.skip:
+                        why = policy.last_error[i].encode("utf-8", "replace")
+                        self._skip_why[i] = why
+                        m.skip_why = PyBytes_AS_STRING(why)
+        _take_masks(self)
+    except BaseException as exc:
+        self.pending_exc = exc
+        return False
+    return True
+
+
+cdef void _settle(NativeEngine self) noexcept with gil:
+    """Hands the masters' reports to the policy (MasterReport: called only when one is not 0),
+    drops the connections it says go now (READONLY) and takes its masks for later rounds."""
+    cdef int i, report
+    cdef Master *m
+    failed = unreached = up = lagged = caught_up = readonly = 0
+    reasons = {}
+    for i in range(self.n):
+        m = &self.masters[i]
+        report = m.report
+        if not report:
+            continue
+        m.report = 0
+        bit = (<object>1) << i
+        if report & REPORT_FAILED:
+            failed |= bit
+            reasons[i] = (m.failed_at, m.why.decode("utf-8", "replace"))
+        if report & REPORT_UNREACHED:
+            unreached |= bit
+        if report & REPORT_UP:
+            up |= bit
+        if report & REPORT_LAGGED:
+            lagged |= bit
+        if report & REPORT_CAUGHT_UP:
+            caught_up |= bit
+        if report & REPORT_READONLY:
+            readonly |= bit
+    try:
+        gone = self.policy.settle(
+            MasterReport(failed, unreached, up, lagged, caught_up, readonly, reasons))
+        if gone:
+            for i in range(self.n):
+                if (gone >> i) & 1:
+                    drop(&self.masters[i])
+        _take_masks(self)
     except BaseException as exc:
         if self.pending_exc is None:
             self.pending_exc = exc
 
 
-cdef void _refresh(NativeEngine self) noexcept nogil:
-    """Reads, without waiting, what idle connections received since the last round.
+cdef int _take_masks(NativeEngine self) except -1:
+    """Reads what C keeps of the policy's state, after each call into it (see Master.lagging)."""
+    cdef int i
+    policy = self.policy
+    lagging = policy.lagging
+    for i in range(self.n):
+        self.masters[i].lagging = lagging and (lagging >> i) & 1
+    self.p_down = policy.down != 0
+    follow = policy.next_follow
+    self.p_next_follow = NEVER if follow == math.inf else <int64_t>follow
+    return 0
 
-    Late replies to earlier rounds are dropped here, so a master that was merely slower than
-    the quorum is waited for again; a connection the master closed meanwhile (a restart) is
-    replaced in this round instead of failing it.
-    """
+
+cdef void _refresh(NativeEngine self) noexcept nogil:
+    """(python_engine.py: _refresh says why) Takes in, without waiting, the late replies and
+    the closed connections of idle masters, before a round."""
     cdef int i, k, step, nfds = 0
     cdef Master *m
     cdef void *raw = NULL
@@ -253,7 +311,7 @@ cdef void _refresh(NativeEngine self) noexcept nogil:
                     continue
                 m.want_write = m.tls_wants_write
             m.state = READY
-            m.backoff_ms = 0
+            m.report |= REPORT_UP
             if _handshake(self, i) != NULL:
                 drop(m)
             continue
@@ -304,7 +362,7 @@ cdef bint _connect(NativeEngine self, int i, int64_t now) noexcept nogil:
         m.ctx = redisConnectUnixNonBlock(m.path)
     elif m.named:
         if m.address == NULL:
-            # no address (yet): a failed connect, backed off like one (see _resolve)
+            # no address (yet): a failed connect (see _resolve)
             _fail_master(self, i, CONN_ERROR, m.resolve_error, now)
             return False
         m.ctx = redisConnectNonBlock(m.address, m.port)
@@ -322,6 +380,10 @@ cdef bint _connect(NativeEngine self, int i, int64_t now) noexcept nogil:
         return False
     hl_set_noinherit(hl_context_fd(m.ctx))
     m.state = CONNECTING
+    if m.lagging:  # a new connection owes nothing (master_policy: lagging)
+        m.lagging = False
+        m.report |= REPORT_CAUGHT_UP
+    m.waited = True
     m.cold = True
     m.unqueued = True
     m.connect_deadline = now + (
@@ -458,7 +520,7 @@ cdef int _tls_step(NativeEngine self, int i) noexcept with gil:
     try:
         if not m.has_channel:
             spec = self.specs[i]
-            # (a Sentinel group's master is known by the address the sentinels gave)
+            # (no host name in a Sentinel group's spec: the address its sentinels named)
             host = spec.host if spec.host is not None else self._addresses[i].decode()
             self._channels[i] = _tls.TLSChannel.on_fd(spec.tls, hl_context_fd(m.ctx), host)
             m.has_channel = True
@@ -501,15 +563,12 @@ cdef void _local_failure(NativeEngine self, int i, const char *reason) noexcept 
 
 cdef void _fail_master(NativeEngine self, int i, uint8_t code, const char *detail,
                        int64_t now) noexcept nogil:
-    """The master failed in this round: each key it has not answered gets this vote."""
+    """(round.py: Round.fail) Master i gets `code` on every key it has not answered, and its
+    connection goes."""
     cdef const char *reason = detail
     if reason == NULL:
         reason = b"failure"
     _vote_master(self, i, code, detail)
-    snprintf(self.masters[i].last_error, sizeof(self.masters[i].last_error),
-             b"not retried yet after: %s", reason)
     self.masters[i].slot_head = self.masters[i].slot_tail
     self.masters[i].failed = True
-    fail(&self.masters[i], now)
-    if self.masters[i].named:
-        _look_again(self, i)
+    fail(&self.masters[i], reason, now)

@@ -2,11 +2,11 @@
 # cython: cdivision=True, embedsignature=True
 # One round: started, fed events, the stop rule, the votes and the results.
 #
-# The mirror of hiredlock/_engines/python_engine.py's _Round, its votes (_Votes) and run_blocking:
-# commands queued and written, events (writable, readable, a deadline), the stop rule of
-# hiredlock/_engines/contract.py, the votes, the end-of-round accounting and the results. _run is
-# the sync driver (poll() with the GIL released); round_events.pxi's NativeRound feeds the same
-# steps from an event loop. Included by engine.pyx; its C functions are declared in engine.pxd.
+# The mirror of hiredlock/_engines/round.py's Round, its Votes and run_blocking: commands queued
+# and written, events (writable, readable, a deadline), the stop rules (wanted, stop, extend,
+# account), the votes, the masters' report to the policy and the results. _run is the sync driver
+# (poll() with the GIL released); round_events.pxi's NativeRound feeds the same steps from an event
+# loop. Included by engine.pyx; its C functions are declared in engine.pxd.
 
 # -- one round -------------------------------------------------------------------------------
 
@@ -210,18 +210,25 @@ cdef inline bint _start(NativeEngine self, Command *cmd, int64_t timeout_ns, bin
     self.c_undecided = cmd.n_items
     self.c_timeout_ns = timeout_ns
     self.c_wait_all = wait_all
-    # The unlock after a failed attempt decides nothing anyone waits for: it goes to every
-    # master but waits for the ones keeping up only, decided or not (see _engines/contract.py).
-    self.c_best_effort = wait_all and honour_backoff
+    self.c_best_effort = wait_all and honour_backoff  # (contract: best effort)
     self.c_extended = False
+    if self.c_skipping:
+        self.c_skipping = False
+        for i in range(self.n):
+            self.masters[i].skip = False
 
     # Take in what arrived since the last round: late replies, and closed connections.
     if self.in_round:
         for i in range(self.n):
             drop(&self.masters[i])
     _refresh(self)
-    # Host names are looked up now, before the round's clock starts, and only when some
-    # named master is about to connect.
+    # The policy is asked only when a mask may not be 0; host names are looked up now, before
+    # the round's clock starts, and only when some named master is about to connect.
+    if (((self.p_next_follow != NEVER and now_ns() >= self.p_next_follow)
+            or (honour_backoff and self.p_down))
+            and not _policy_before(self, honour_backoff, cmd.kind == KIND_SET)):
+        self.c_t0 = now_ns()
+        return False
     if self.n_named and _lookup_due(self) and not _resolve(self, timeout_ns):
         self.c_t0 = now_ns()
         return False
@@ -240,23 +247,19 @@ cdef inline bint _start(NativeEngine self, Command *cmd, int64_t timeout_ns, bin
         m = &self.masters[i]
         m.failed = False
         m.cold = m.ctx != NULL and m.state == READY and m.unqueued
-        # Once every key is decided, a wait_all round does not wait for a master that let an
-        # earlier round time out and has not caught up since, or that is still connecting
-        # since an earlier round: one stopped master must not cost every release its
-        # timeout. While a key is undecided every master is waited for (see _stop).
+        # (contract: keeps up)
         m.waited = not m.lagging and m.state != CONNECTING
         m.slot_head = 0
         m.slot_tail = 0
-        _prepare(self, i, cmd, t0, honour_backoff)
+        _prepare(self, i, cmd, t0)
     return True
 
 
+# -- the stop rules (contract: wanted, stop, extend, account; the rules are written there) -----
+
 cdef inline int _wanted(NativeEngine self) noexcept nogil:
-    """Fills fds (and fd_master) with what the round waits for on each socket; returns how
-    many. Sets c_owed (some master the round still waits for owes it a reply or its
-    connect: past the deadline, only masters connected in the round are waited for) and
-    c_owed_waited (one of those is waited for once every key is decided). Every other
-    socket is still read: a late reply counts while the round goes on."""
+    """(contract: wanted) Fills fds (and fd_master) with what the round waits for on each
+    socket, returns how many, and sets c_owed / c_owed_waited for _stop."""
     cdef int i, events
     cdef int nfds = 0
     cdef bint owes
@@ -275,7 +278,7 @@ cdef inline int _wanted(NativeEngine self) noexcept nogil:
             events = POLLIN | POLLOUT if m.want_write else POLLIN
             owes = True
         elif m.want_write:
-            events = POLLIN | POLLOUT  # only flushing: it owes this round nothing
+            events = POLLIN | POLLOUT  # (contract: rule 2)
             owes = False
         else:
             continue
@@ -293,10 +296,7 @@ cdef inline int _wanted(NativeEngine self) noexcept nogil:
 
 
 cdef inline bint _stop(NativeEngine self, int nfds) noexcept nogil:
-    """Whether the round is over (the stop rules of _engines/contract.py), given what _wanted()
-    just found. While a key is undecided, every master that may still answer is waited for
-    (lagging ones too: skipping one the quorum needs would be a false failure); once all are
-    decided, a wait_all round waits for the masters marked `waited` only."""
+    """(contract: stop) Whether the round is over, given what _wanted() just found."""
     if not self.c_owed:
         return True
     if self.c_undecided == 0 or self.c_best_effort:
@@ -305,8 +305,7 @@ cdef inline bint _stop(NativeEngine self, int nfds) noexcept nogil:
 
 
 cdef inline bint _extend(NativeEngine self) noexcept nogil:
-    """After the last look at the deadline: whether the round goes on, to the connect bound
-    of the masters connected in it (_stop says whether any is still worth waiting for)."""
+    """(contract: extend) After the look at D: whether the round goes on to C."""
     if (not self.c_extended and not self.c_best_effort
             and self.c_cold_deadline > self.c_deadline):
         self.c_extended = True
@@ -315,38 +314,31 @@ cdef inline bint _extend(NativeEngine self) noexcept nogil:
 
 
 cdef inline void _account(NativeEngine self, Command *cmd) noexcept nogil:
-    """Ends a round: what is still owed is read and dropped by a later round, or the
-    connection goes."""
+    """(contract: account) Ends a round: what is still owed is read and dropped by a later
+    round, or the connection goes; the masters' reports go to the policy."""
     cdef int i
     cdef Master *m
+    cdef bint troubled = False
     cdef int64_t now = now_ns()
     for i in range(self.n):
         m = &self.masters[i]
-        if m.ctx == NULL:
-            continue
-        m.last_round_end = now
-        if m.demoted:
-            m.demoted = False
-            drop(m)
-            _look_again(self, i)
-            continue
-        if m.state == CONNECTING and now >= m.connect_deadline:
-            _explain_pending(self, i, connect_timed_out(m))
-            snprintf(m.last_error, sizeof(m.last_error), b"not retried yet after: %s",
-                     connect_timed_out(m))
-            fail(m, now)
-            continue
-        if m.slot_tail > m.slot_head:
-            m.stale += m.slot_tail - m.slot_head
-            # (it timed out if the round ended at its own bound: an early-decided round
-            # leaves the flag as it was)
-            if now >= (self.c_cold_deadline if m.cold else self.c_deadline):
-                m.lagging = True
-            if cmd.kind == KIND_SCRIPT:
-                _owe_evals(self, m, cmd)
-        if m.stale > MAX_STALE:
-            fail(m, now)
+        if m.ctx != NULL:
+            if m.state == CONNECTING and now >= m.connect_deadline:
+                _explain_pending(self, i, connect_timed_out(m))
+                fail(m, connect_timed_out(m), now)
+            elif m.slot_tail > m.slot_head:
+                m.stale += m.slot_tail - m.slot_head
+                if now >= (self.c_cold_deadline if m.cold else self.c_deadline):
+                    m.report |= REPORT_LAGGED
+                if cmd.kind == KIND_SCRIPT:
+                    _owe_evals(self, m, cmd)
+            if m.stale > MAX_STALE:
+                drop(m)
+        if m.report:
+            troubled = True
     self.in_round = False
+    if troubled:
+        _settle(self)
 
 
 cdef bint _signalled(NativeEngine self) noexcept with gil:
@@ -381,18 +373,14 @@ cdef bint _cold_can_decide(NativeEngine self) noexcept nogil:
 
 # -- queueing the round's commands on each master (_Round.queue) -----------------------------
 
-cdef void _prepare(NativeEngine self, int i, Command *cmd, int64_t now,
-                   bint honour_backoff) noexcept nogil:
+cdef void _prepare(NativeEngine self, int i, Command *cmd, int64_t now) noexcept nogil:
     cdef Master *m = &self.masters[i]
     if m.state == CONNECTING and now >= m.connect_deadline:
         _fail_master(self, i, CONN_ERROR, connect_timed_out(m), now)
         return
     if m.ctx == NULL:
-        if honour_backoff and now < m.down_until and (cmd.kind == KIND_SET or m.unreached):
-            # An acquire does not wait for a master that just failed, nor does the unlock
-            # after a failed attempt when nothing could have reached that master; release
-            # and extend always try.
-            _vote_master(self, i, CONN_ERROR, m.last_error)
+        if m.skip:  # (master_policy: honour_backoff)
+            _vote_master(self, i, CONN_ERROR, m.skip_why)
             m.failed = True
             return
         if not _connect(self, i, now):
@@ -543,9 +531,8 @@ cdef void _service(NativeEngine self, int i, int revents, Command *cmd) noexcept
                 return  # the handshake goes on
             m.want_write = m.tls_wants_write
         m.state = READY
-        m.backoff_ms = 0
-        # connected in this round (opened in an earlier one, maybe): its login and first
-        # commands have the connect bound
+        m.report |= REPORT_UP
+        # (contract: new) up in this round: its login and first commands have the bound C
         m.cold = True
         m.waited = True
         failure = _handshake(self, i)
@@ -605,7 +592,7 @@ cdef void _drain(NativeEngine self, int i, Command *cmd, int64_t now) noexcept n
                 m.scripts_known |= cmd.script_bit
             if (cmd.kind == KIND_SCRIPT and reply.type == REDIS_REPLY_ERROR
                     and strncmp(reply.str, b"NOSCRIPT", 8) == 0):
-                # The script cache was flushed: send the source, and wait for that reply.
+                # NOSCRIPT (a SCRIPT FLUSH): its EVAL goes now, and its reply is waited for
                 m.scripts_known &= ~cmd.script_bit
                 refused = _append_eval(self, i, cmd, k)
                 if refused != NULL:
@@ -625,10 +612,8 @@ cdef void _drain(NativeEngine self, int i, Command *cmd, int64_t now) noexcept n
 cdef void _count(NativeEngine self, Command *cmd, int k, int i, redisReply *reply) noexcept nogil:
     if reply.type == REDIS_REPLY_ERROR:
         _vote(self, k, i, ERROR, reply.str)
-        if self.masters[i].named and strncmp(reply.str, b"READONLY", 8) == 0:
-            # a replica now (a failover): this connection goes after the round, and the
-            # master is looked up again
-            self.masters[i].demoted = True
+        if strncmp(reply.str, b"READONLY", 8) == 0:
+            self.masters[i].report |= REPORT_READONLY  # (master_policy: READONLY)
     elif cmd.kind == KIND_SET:
         if (reply.type == REDIS_REPLY_STATUS and reply.len == 2
                 and strncmp(reply.str, b"OK", 2) == 0):

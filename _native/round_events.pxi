@@ -9,23 +9,7 @@
 @cython.final
 cdef class NativeRound:
     """One round of a NativeEngine, fed by a driver (an event loop) instead of waited for in C:
-
-        fds_wanted()            fd -> POLLIN | POLLOUT (hiredlock._engines.poller's): what
-                                the round waits for on each socket
-        on_ready(fd, r, w)      that socket is readable (r) and/or writable (w)
-        next_deadline_ns        when (time.monotonic_ns) on_deadline is due
-        on_deadline(now_ns)     a deadline passed: a last look without waiting, then the round
-                                either ends or goes on to the connect bound of new connections
-        finished()              nothing more to wait for: the driver then calls end()
-        end()                   the end-of-round accounting (once): what each master still owes
-                                is kept for later rounds to read and drop, or its connection
-                                goes; also how a driver gives up on a round early (a cancelled
-                                task). The engine's finish(round) then gives the results.
-        break_off()             instead of end() after an exception in the middle of an event:
-                                what the masters owe is unknown, so their connections go
-        before_close            None, or called with an fd just before the round closes that
-                                socket, so that a driver takes it off its event loop first (fd
-                                numbers are reused)
+    the contract's Round (see _engines/contract.py for what each call means).
 
     Every step runs the engine's own C steps (those of its GIL-released loop) with the GIL held.
     The round holds its engine (busy) from begin_* until end() or break_off().
