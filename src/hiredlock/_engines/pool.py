@@ -11,8 +11,9 @@ pool gives the connections back:
   point of the idle list) are closed, down to one. This is checked when engines come back, so an
   application that stops calling keeps at most MAX_IDLE engines until its next call or close().
 
-It takes no lock of its own on the common path: list.append and list.pop are atomic, and this is
-on every round's path. Whether the client is closed is its Session's to say (rounds_closed, set
+It takes no lock of its own on the common path: deque.append and deque.pop are atomic, and this
+is on every round's path (a deque, not a list: a list emptied and refilled at every round is
+reallocated each time). Whether the client is closed is its Session's to say (rounds_closed, set
 before close() is called); close() and a concurrent checkin() are ordered by re-checking it after
 the append.
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Callable, Optional
 
 from .._core import fork as _fork
@@ -46,7 +48,7 @@ class EnginePool:
     def __init__(self, session: Session) -> None:
         self._session = session
         self._factory: Callable[[], Engine] = session.new_engine
-        self._idle: list[Engine] = []
+        self._idle: deque[Engine] = deque()
         # Every engine made and not closed yet, checked out ones too: a forked child closes
         # them all (the parent's threads that were using some do not exist there).
         self._live: dict[int, Engine] = {}
@@ -145,7 +147,7 @@ class EnginePool:
         self._next_trim = now + IDLE_LIFETIME_S
         for _ in range(min(self._low_water, len(self._idle) - 1)):
             try:
-                engine = self._idle.pop(0)  # the least recently used
+                engine = self._idle.popleft()  # the least recently used
             except IndexError:
                 break
             if engine.owes_replies():
@@ -170,7 +172,7 @@ class EnginePool:
         # The parent's engines hold the parent's sockets: close our copies of them (an engine's
         # close() sends nothing in a child: see the engines) and start afresh.
         self._generation = _fork.generation
-        self._idle = []
+        self._idle = deque()
         self._returned = threading.Condition(threading.Lock())
         self._waiting = 0
         inherited, self._live = self._live, {}
