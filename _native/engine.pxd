@@ -230,6 +230,7 @@ cdef class NativeEngine:
     cdef list _channels        # [master]: a TLS master's TLSChannel (see Master.tls)
     cdef object pending_exc    # what a signal handler (or a lookup) raised in this round
     cdef dict script_bits      # sha -> its bit in Master.scripts_known
+    cdef dict scripts          # sha -> (numkeys, bit, EVALSHA head, EVAL head): see _script
     # per-round scratch, grown as batches grow
     cdef int cap_items
     cdef uint8_t *codes        # [item * n + master]
@@ -248,7 +249,7 @@ cdef class NativeEngine:
     cdef size_t batch_cap
     cdef size_t *item_end
     cdef long long ttl_cached  # SET's PX argument, kept from the last round that had this ttl
-    cdef bytes ttl_text
+    cdef tuple set_tail        # SET's NX PX ttl, for that ttl
     # the round in progress
     cdef int c_n_items
     cdef int c_undecided
@@ -270,6 +271,7 @@ cdef class NativeEngine:
     cdef int _grow(self, int n_items) except -1
     cdef void _free_scratch(self) noexcept
     cdef void _close_all(self) noexcept
+    cdef tuple _script(self, bytes sha, bytes source, int numkeys)
     # engine.pyx: the calls of the contract (round.pxi's _round runs them)
     cpdef bint owes_replies(self)
     cpdef object set_nx(self, keys, tokens, long long ttl_ms, double timeout_ms)

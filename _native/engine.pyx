@@ -164,6 +164,7 @@ cdef class NativeEngine:
         self._skip_why = [None] * self.n
         self._channels = [None] * self.n
         self.script_bits = {}
+        self.scripts = {}
         self.specs = specs
         self.generation = fork_generation
         for i in range(self.n):
@@ -324,8 +325,8 @@ cdef class NativeEngine:
 
     cpdef object set_nx(self, keys, tokens, long long ttl_ms, double timeout_ms):
         """SET key token NX PX ttl_ms on every master; OK if set, TAKEN if the key exists."""
-        if ttl_ms != self.ttl_cached or self.ttl_text is None:
-            self.ttl_text = str(ttl_ms).encode()
+        if ttl_ms != self.ttl_cached or self.set_tail is None:
+            self.set_tail = (b"NX", b"PX", str(ttl_ms).encode())
             self.ttl_cached = ttl_ms
         if type(keys) is not tuple:
             keys = tuple(keys)
@@ -334,21 +335,32 @@ cdef class NativeEngine:
         if len(keys) != len(tokens):
             raise ValueError("set_nx needs one token per key")
         return _round(self, KIND_SET, SET_HEAD, (), (keys, tokens), True,
-                      (b"NX", b"PX", self.ttl_text), timeout_ms, False, True, False, 0)
+                      self.set_tail, timeout_ms, False, True, False, 0)
 
     cpdef object run_script(self, bytes sha, bytes source, int numkeys, argvs, double timeout_ms,
                             bint wait_all, bint want_values=False, bint honour_backoff=False):
         """EVALSHA sha numkeys *argv per item (EVAL source on a connection that has not run the
         script yet, and after NOSCRIPT). OK on a reply > 0."""
+        cdef tuple known = self.scripts.get(sha)
+        if known is None or <int>known[0] != numkeys:
+            known = self._script(sha, source, numkeys)
+        if type(argvs) is not tuple:
+            argvs = tuple(argvs)
+        return _round(self, KIND_SCRIPT, <tuple>known[2], <tuple>known[3], argvs, False, (),
+                      timeout_ms, wait_all, honour_backoff, want_values, <uint32_t>known[1])
+
+    cdef tuple _script(self, bytes sha, bytes source, int numkeys):
+        """A script's bit (see Master.scripts_known) and its commands' leading arguments, kept
+        for the next rounds (for 64 scripts at most)."""
         cdef uint32_t bit = self.script_bits.get(sha, 0)
         if bit == 0 and len(self.script_bits) < 32:
             bit = (<uint32_t>1) << len(self.script_bits)
             self.script_bits[sha] = bit
         count = NUMKEYS[numkeys] if 0 <= numkeys < 10 else str(numkeys).encode()
-        if type(argvs) is not tuple:
-            argvs = tuple(argvs)
-        return _round(self, KIND_SCRIPT, (b"EVALSHA", sha, count), (b"EVAL", source, count),
-                      argvs, False, (), timeout_ms, wait_all, honour_backoff, want_values, bit)
+        known = (numkeys, bit, (b"EVALSHA", sha, count), (b"EVAL", source, count))
+        if len(self.scripts) < 64:
+            self.scripts[sha] = known
+        return known
 
     def run(self, request):
         """Runs a round request (SetNx, RunScript or Cleanup: see hiredlock._core.requests) and
