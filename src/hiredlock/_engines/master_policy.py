@@ -19,7 +19,9 @@ Rules (each here and nowhere else):
                 every SENTINEL_CHECK_S); its connection goes when they name another, or none
     moved       a master with a place that failed may have moved: the resolver is asked again
 
-How a round uses it, as bit masks (bit i: master i), so that a healthy round costs nothing:
+How a round of either engine uses it (one MasterPolicy per engine: python_engine.py and round.py;
+_native/master.pxi and round.pxi), as bit masks (bit i: master i), so that a healthy round costs
+nothing:
     before: `policy.lagging` (not waited for once decided), `policy.skipped(now, set_round)`
             when the round honours the backoff and `policy.down` is not 0, and
             `policy.follow(now, addresses)` when `now >= policy.next_follow`
