@@ -346,7 +346,7 @@ cdef void _fail_master(NativeEngine self, int i, uint8_t code, const char *detai
 # (inline: _clear_details, _start, _wanted, _stop, _extend, _account)
 
 cdef object _round(NativeEngine self, Kind kind, tuple head, tuple eval_head, tuple items,
-                   bint columns, tuple tail, double timeout_ms, bint wait_all,
+                   tuple tokens, tuple tail, double timeout_ms, bint wait_all,
                    bint honour_backoff, bint want_values, uint32_t script_bit)
 cdef list _results(NativeEngine self, Command *cmd, int64_t t0, int64_t end)
 cdef void _run(NativeEngine self, Command *cmd, int64_t timeout_ns, bint wait_all,

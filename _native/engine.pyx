@@ -334,7 +334,7 @@ cdef class NativeEngine:
             tokens = tuple(tokens)
         if len(keys) != len(tokens):
             raise ValueError("set_nx needs one token per key")
-        return _round(self, KIND_SET, SET_HEAD, (), (keys, tokens), True,
+        return _round(self, KIND_SET, SET_HEAD, (), keys, tokens,
                       self.set_tail, timeout_ms, False, True, False, 0)
 
     cpdef object run_script(self, bytes sha, bytes source, int numkeys, argvs, double timeout_ms,
@@ -346,7 +346,7 @@ cdef class NativeEngine:
             known = self._script(sha, source, numkeys)
         if type(argvs) is not tuple:
             argvs = tuple(argvs)
-        return _round(self, KIND_SCRIPT, <tuple>known[2], <tuple>known[3], argvs, False, (),
+        return _round(self, KIND_SCRIPT, <tuple>known[2], <tuple>known[3], argvs, None, (),
                       timeout_ms, wait_all, honour_backoff, want_values, <uint32_t>known[1])
 
     cdef tuple _script(self, bytes sha, bytes source, int numkeys):

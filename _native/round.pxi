@@ -11,13 +11,14 @@
 # -- one round -------------------------------------------------------------------------------
 
 cdef object _round(NativeEngine self, Kind kind, tuple head, tuple eval_head, tuple items,
-                   bint columns, tuple tail, double timeout_ms, bint wait_all,
+                   tuple tokens, tuple tail, double timeout_ms, bint wait_all,
                    bint honour_backoff, bint want_values, uint32_t script_bit):
     """One round: run here with the GIL released (its results), or when beginning, started and
     handed back to be fed by a driver (a NativeRound). items: a tuple of rows (one tuple of
-    arguments per item), or with columns, a tuple of columns (keys, tokens): item k's
-    arguments are items[0][k], items[1][k]."""
-    cdef int n_items = len(items[0]) if columns else len(items)
+    arguments per item), or with tokens (SET), the keys: item k's arguments are items[k],
+    tokens[k]."""
+    cdef bint columns = tokens is not None
+    cdef int n_items = len(items)
     cdef int n_args, i, j, k
     cdef int64_t end
     cdef Command sync_cmd
@@ -34,7 +35,7 @@ cdef object _round(NativeEngine self, Kind kind, tuple head, tuple eval_head, tu
         rnd = NativeRound.__new__(NativeRound)
         rnd.engine = self
         # the tuples the command points into, alive as long as the round
-        rnd.keep = (head, eval_head, items, tail)
+        rnd.keep = (head, eval_head, items, tokens, tail)
         rnd.ended = True  # until it is handed out
         rnd.results = []
         cmd = &rnd.cmd
@@ -42,7 +43,7 @@ cdef object _round(NativeEngine self, Kind kind, tuple head, tuple eval_head, tu
         if begin:
             return rnd
         return []
-    n_args = len(items) if columns else len(items[0])
+    n_args = 2 if columns else len(items[0])
     if not 0 < n_args <= MAX_ARGS:
         raise ValueError(f"a command takes 1 to {MAX_ARGS} arguments per item")
     self._grow(n_items)
@@ -59,7 +60,7 @@ cdef object _round(NativeEngine self, Kind kind, tuple head, tuple eval_head, tu
     cmd.args_len = self.args_len
     cmd.item_end = self.item_end
     try:
-        # `items` keeps every bytes object alive while the GIL is released.
+        # `items` (and `tokens`) keep every bytes object alive while the GIL is released.
         for k in range(n_items):
             if not columns:
                 row = items[k]
@@ -68,8 +69,11 @@ cdef object _round(NativeEngine self, Kind kind, tuple head, tuple eval_head, tu
                 if type(row) is not tuple:
                     row = tuple(row)
             for j in range(n_args):
-                # (set_nx's columns are tuples: see set_nx)
-                value = (<tuple>items[j])[k] if columns else (<tuple>row)[j]
+                # (set_nx makes its keys and tokens tuples)
+                if columns:
+                    value = items[k] if j == 0 else tokens[k]
+                else:
+                    value = (<tuple>row)[j]
                 if type(value) is not bytes:
                     raise TypeError("command arguments must be bytes")
                 cmd.args[k * n_args + j] = PyBytes_AS_STRING(value)
