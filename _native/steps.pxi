@@ -39,7 +39,7 @@ def set_request_types(set_nx, run_script, cleanup, pause, pause_function):
     _pause = pause_function
 
 
-def run_steps(steps, pool, list pin=None):
+def run_steps(pool, steps, list pin=None):
     """Drives a step generator to its end, blocking, on engines from `pool`; see
     hiredlock._engines.blocking.run_python (pin included). A native engine's rounds are called
     in C, without a Python call in between."""

@@ -80,5 +80,5 @@ def set_request_types(
     pause_function: Callable[[Pause], None],
 ) -> None: ...
 def run_steps(
-    steps: Generator[Request, Any, Any], pool: Any, pin: Optional[list[Any]] = None
+    pool: Any, steps: Generator[Request, Any, Any], pin: Optional[list[Any]] = None
 ) -> Any: ...

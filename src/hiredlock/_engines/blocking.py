@@ -6,7 +6,8 @@ loops; where the native extension loads, the same loop runs in C (_native/steps.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import functools
+from typing import Any, Callable, Optional
 
 from .._core.requests import Cleanup, Pause, RunScript, SetNx, Steps
 
@@ -19,7 +20,7 @@ def pause(request: Pause) -> None:
         request.closing.wait(request.settle)
 
 
-def run_python(steps: Steps, pool: Any, pin: Optional[list[Any]] = None) -> Any:
+def run_python(pool: Any, steps: Steps, pin: Optional[list[Any]] = None) -> Any:
     """Drives a step generator to its end, blocking, on engines from `pool` (one engine per
     round); returns what the generator returns.
 
@@ -67,17 +68,17 @@ else:
 
 
 class BlockingRounds:
-    """The rounds of one blocking client: run(steps, pin) drives steps on its engine pool (the C
-    loop where the native extension loads), as hiredlock.aio's AsyncRounds does on the loop."""
+    """The rounds of one blocking client: run(steps, pin=None) drives steps on its engine pool
+    (the C loop where the native extension loads), as hiredlock.aio's AsyncRounds does on the
+    loop, and returns what they return (see run_python)."""
 
-    __slots__ = ("pool",)
+    __slots__ = ("pool", "run")
 
     def __init__(self, pool: Any) -> None:
         self.pool = pool
-
-    def run(self, steps: Steps, pin: Optional[list[Any]] = None) -> Any:
-        """Drives `steps` to their end, blocking; returns what they return (see run_python)."""
-        return run(steps, self.pool, pin)
+        # the driver with the pool bound, called with no Python frame in between (half of every
+        # lock cycle goes through it)
+        self.run: Callable[..., Any] = functools.partial(run, pool)
 
     def close(self) -> None:
         """Closes the idle connections; the ones in use close as their rounds end."""
