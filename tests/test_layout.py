@@ -1,6 +1,6 @@
 """The layers stay visible in the tree (DESIGN.md, sections 2-3): the algorithm in hiredlock._core
 imports no engine (the engine contract's types aside), no asyncio layer and no sync-only part; no
-import cycle between modules at import time.
+import cycle between modules at import time; no module grows past the size a reader can hold.
 """
 
 from __future__ import annotations
@@ -115,3 +115,25 @@ def test_readme_layout_is_the_tree():
     assert result.stdout.strip() in (root / "README.md").read_text(), (
         "README's Layout is out of date: run python tools/layout.py --write"
     )
+
+
+MAX_MODULE_LINES = 600
+MAX_NATIVE_PART_LINES = 800
+
+
+@pytest.mark.parametrize("name", sorted(modules()))
+def test_module_size(name):
+    lines = modules()[name].read_text().count("\n")
+    assert lines <= MAX_MODULE_LINES, f"{name}: {lines} lines, split it by subject"
+
+
+def test_native_part_sizes():
+    native = PACKAGE.parent.parent / "_native"
+    if not native.is_dir():
+        pytest.skip("an installed package: the source tree is not here")
+    parts = sorted(path for pattern in ("*.pyx", "*.pxd", "*.pxi") for path in native.glob(pattern))
+    assert parts, "no native sources found"
+    too_long = {
+        p.name: n for p in parts if (n := p.read_text().count("\n")) > MAX_NATIVE_PART_LINES
+    }
+    assert not too_long, too_long
