@@ -434,6 +434,10 @@ class LockState:
         """The error for a release round's result, or None when a quorum released."""
         if not lost and result[0].count(_OK) >= self._session.quorum:
             return None
+        return self._release_lost(result)
+
+    def _release_lost(self, result: RoundResult) -> LockLost:
+        """The error of a release round that found the lock lost (its votes kept as last_votes)."""
         self._last_votes = self._session.votes(result)
         return LockLost(
             f"lock {self._name!r} was no longer held by a quorum when released", self._last_votes

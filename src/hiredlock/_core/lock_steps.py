@@ -189,9 +189,9 @@ class LockBase(LockState):
             if token is not None:  # interrupted: the unlock still goes out
                 yield from self._unlock_steps(token)
             raise
-        error = self._released(result, lost)
-        if error is not None:
-            raise error
+        # (the quorum test of _released, spelled out: this is half of every lock cycle)
+        if lost or result[0].count(_OK) < self._session.quorum:
+            raise self._release_lost(result)
 
     def _close_steps(self) -> Steps:
         """close()'s release of this lock: as _release_steps, and silent when its holder released
