@@ -345,6 +345,28 @@ def test_subscribers_killed_before_the_release(api, make_redlock, masters5, key,
     lock.release()
 
 
+def test_tls_masters_named_by_host_wake_the_waiter(
+    api, make_redlock, redis_factory, tls_certs, key
+):
+    """TLS masters given by host name, whose certificates name that host only (no address in
+    them): the waiter's notice subscribers check the certificate against the name, as the engine
+    does, so they subscribe and the release wakes the waiter."""
+    servers = redis_factory(3, tls=tls_certs.server("localhost-only"))
+    holder = hold(make_redlock, servers, key)
+    by_name = [f"rediss://localhost:{s.tls_port}/0?ssl_ca_certs={tls_certs.ca}" for s in servers]
+    rl = make_redlock(by_name, master_timeout=MT, retry_delay=SLOW_RETRY)
+    open_connections(rl)
+    lock = rl.lock(key, HOLD_TTL)
+    waiter = Waiter(lock.acquire, timeout=WAIT_S)
+    wait_subscribed(servers, key)
+    released = time.monotonic()
+    holder.release()
+    assert_woken(waiter, released)
+    assert_on_quorum(servers, key, lock.token, n_masters=3)
+    lock.release()
+    assert_no_key(servers, key)
+
+
 def test_a_master_down_the_others_still_notify(api, make_redlock, masters5, key):
     """One master killed while the waiter waits: its subscriber is gone (and keeps failing to
     reconnect), and the four others' notices still wake the waiter, which takes the lock on them."""

@@ -17,6 +17,8 @@ from servers import ServerTls
 SERVER_NAMES = ("localhost", "127.0.0.1", "::1")
 # The only identity of the "elsewhere" server certificate.
 ELSEWHERE = "elsewhere.invalid"
+# The only identity of the "localhost-only" server certificate (no IP address in it).
+LOCALHOST = "localhost"
 CLIENT_NAME = "hiredlock-test-client"
 CLIENT_KEY_PASSWORD = "client-key-Pa55"
 
@@ -32,6 +34,8 @@ class Certs:
     expired_key: str
     elsewhere_cert: str  # for "elsewhere.invalid" only
     elsewhere_key: str
+    localhost_cert: str  # for "localhost" only: a client must check the name, not the address
+    localhost_key: str
     client_cert: str  # a client certificate (the servers with tls-auth-clients yes trust it)
     client_key: str
     client_key_encrypted: str  # client_key, encrypted with CLIENT_KEY_PASSWORD
@@ -41,12 +45,13 @@ class Certs:
     def server(
         self, kind: str = "good", auth_clients: str = "no", protocols: str | None = None
     ) -> ServerTls:
-        """A server's TLS settings: its certificate is `kind` ("good", "expired", "elsewhere");
-        it trusts `ca` for client certificates."""
+        """A server's TLS settings: its certificate is `kind` ("good", "expired", "elsewhere",
+        "localhost-only"); it trusts `ca` for client certificates."""
         cert, key = {
             "good": (self.server_cert, self.server_key),
             "expired": (self.expired_cert, self.expired_key),
             "elsewhere": (self.elsewhere_cert, self.elsewhere_key),
+            "localhost-only": (self.localhost_cert, self.localhost_key),
         }[kind]
         return ServerTls(cert, key, self.ca, auth_clients=auth_clients, protocols=protocols)
 
@@ -78,6 +83,7 @@ def make_certs(directory: str) -> Certs:
     )
     expired_cert, expired_key = _write_leaf(expired, directory, "expired")
     elsewhere_cert, elsewhere_key = _write_leaf(ca.issue_cert(ELSEWHERE), directory, "elsewhere")
+    localhost_cert, localhost_key = _write_leaf(ca.issue_cert(LOCALHOST), directory, "localhost")
     client = ca.issue_cert(CLIENT_NAME)
     client_cert, client_key = _write_leaf(client, directory, "client")
 
@@ -105,6 +111,8 @@ def make_certs(directory: str) -> Certs:
         expired_key=expired_key,
         elsewhere_cert=elsewhere_cert,
         elsewhere_key=elsewhere_key,
+        localhost_cert=localhost_cert,
+        localhost_key=localhost_key,
         client_cert=client_cert,
         client_key=client_key,
         client_key_encrypted=client_key_encrypted,
