@@ -272,11 +272,11 @@ cdef class NativeEngine:
     cdef void _free_scratch(self) noexcept
     cdef void _close_all(self) noexcept
     cdef tuple _script(self, bytes sha, bytes source, int numkeys)
-    # engine.pyx: the calls of the contract (round.pxi's _round runs them)
     cpdef bint owes_replies(self)
-    cpdef object set_nx(self, keys, tokens, long long ttl_ms, double timeout_ms)
-    cpdef object run_script(self, bytes sha, bytes source, int numkeys, argvs, double timeout_ms,
-                            bint wait_all, bint want_values=*, bint honour_backoff=*)
+    # engine.pyx: a SetNx or RunScript request's round (round.pxi's _round runs it)
+    cdef object set_nx(self, keys, tokens, long long ttl_ms, double timeout_ms)
+    cdef object run_script(self, bytes sha, bytes source, int numkeys, argvs, double timeout_ms,
+                           bint wait_all, bint want_values=*, bint honour_backoff=*)
 
 
 @cython.final

@@ -321,9 +321,9 @@ cdef class NativeEngine:
             drop(m)
             bury(m)
 
-    # -- the two calls of the contract, and the same rounds fed by an event loop ---------------
+    # -- a request's round, run here or begun for a driver fed by an event loop -----------------
 
-    cpdef object set_nx(self, keys, tokens, long long ttl_ms, double timeout_ms):
+    cdef object set_nx(self, keys, tokens, long long ttl_ms, double timeout_ms):
         """SET key token NX PX ttl_ms on every master; OK if set, TAKEN if the key exists."""
         if ttl_ms != self.ttl_cached or self.set_tail is None:
             self.set_tail = (b"NX", b"PX", str(ttl_ms).encode())
@@ -337,8 +337,8 @@ cdef class NativeEngine:
         return _round(self, KIND_SET, SET_HEAD, (), keys, tokens,
                       self.set_tail, timeout_ms, False, True, False, 0)
 
-    cpdef object run_script(self, bytes sha, bytes source, int numkeys, argvs, double timeout_ms,
-                            bint wait_all, bint want_values=False, bint honour_backoff=False):
+    cdef object run_script(self, bytes sha, bytes source, int numkeys, argvs, double timeout_ms,
+                           bint wait_all, bint want_values=False, bint honour_backoff=False):
         """EVALSHA sha numkeys *argv per item (EVAL source on a connection that has not run the
         script yet, and after NOSCRIPT). OK on a reply > 0."""
         cdef tuple known = self.scripts.get(sha)
@@ -378,33 +378,11 @@ cdef class NativeEngine:
     def begin(self, request):
         """Starts a round request's round and returns it (a NativeRound): a driver feeds it
         events, finish() gives its results. Host names are looked up in here, synchronously
-        (bounded by the round's timeout)."""
+        (bounded by the round's timeout). With `beginning` set, _round starts the round and hands
+        it out (run pays one flag test for sharing its argument handling)."""
         self.beginning = True
         try:
             return self.run(request)
-        finally:
-            self.beginning = False
-
-    # The calls above, begun instead: with `beginning` set, _round starts the round and hands it
-    # out (the sync calls pay one flag test for sharing their argument handling).
-
-    def begin_set_nx(self, keys, tokens, long long ttl_ms, double timeout_ms):
-        """Starts set_nx's round (commands queued and written as far as the sockets take them)
-        and returns it (a NativeRound): a driver feeds it events, finish() gives its results.
-        Host names are looked up in here, synchronously (bounded by the round's timeout)."""
-        self.beginning = True
-        try:
-            return self.set_nx(keys, tokens, ttl_ms, timeout_ms)
-        finally:
-            self.beginning = False
-
-    def begin_script(self, bytes sha, bytes source, int numkeys, argvs, double timeout_ms,
-                     bint wait_all, bint want_values=False, bint honour_backoff=False):
-        """Starts run_script's round; see begin_set_nx."""
-        self.beginning = True
-        try:
-            return self.run_script(sha, source, numkeys, argvs, timeout_ms, wait_all,
-                                   want_values, honour_backoff)
         finally:
             self.beginning = False
 

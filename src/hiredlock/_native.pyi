@@ -16,44 +16,8 @@ class NativeEngine:
     def __new__(
         cls, masters: Sequence[MasterSpec], quorum: Optional[int] = None
     ) -> NativeEngine: ...
-    def set_nx(
-        self,
-        keys: Sequence[bytes],
-        tokens: Sequence[bytes],
-        ttl_ms: int,
-        timeout_ms: float,
-    ) -> list[RoundResult]: ...
-    def run_script(
-        self,
-        sha: bytes,
-        source: bytes,
-        numkeys: int,
-        argvs: Sequence[tuple[bytes, ...]],
-        timeout_ms: float,
-        wait_all: bool,
-        want_values: bool = False,
-        honour_backoff: bool = False,
-    ) -> list[RoundResult]: ...
     def run(self, request: RoundRequest) -> list[RoundResult]: ...
     def begin(self, request: RoundRequest) -> NativeRound: ...
-    def begin_set_nx(
-        self,
-        keys: Sequence[bytes],
-        tokens: Sequence[bytes],
-        ttl_ms: int,
-        timeout_ms: float,
-    ) -> NativeRound: ...
-    def begin_script(
-        self,
-        sha: bytes,
-        source: bytes,
-        numkeys: int,
-        argvs: Sequence[tuple[bytes, ...]],
-        timeout_ms: float,
-        wait_all: bool,
-        want_values: bool = False,
-        honour_backoff: bool = False,
-    ) -> NativeRound: ...
     def finish(self, rnd: NativeRound) -> list[RoundResult]: ...
     def owes_replies(self) -> bool: ...
     def close(self) -> None: ...

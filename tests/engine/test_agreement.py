@@ -24,6 +24,7 @@ from servers import BlackHole
 
 from hiredlock import Outcome
 from hiredlock._core.masters import parse_masters
+from hiredlock._core.requests import RunScript, SetNx
 from hiredlock._core.scripts import CONNECT_TIMEOUT_MIN_MS, PING
 from hiredlock._engines.selection import engine_class
 from hiredlock.aio._driver import drive
@@ -72,12 +73,12 @@ class Rounds:
         self.driver = driver
         self.n = 0
 
-    def _run(self, begin, run, *args):
+    def _run(self, request):
         if self.driver == "blocking":
-            return run(*args)
+            return self.engine.run(request)
 
         async def driven():
-            rnd = begin(*args)
+            rnd = self.engine.begin(request)
             await drive(rnd)
             return self.engine.finish(rnd)
 
@@ -86,8 +87,7 @@ class Rounds:
     def set_nx(self, timeout_ms: float = TIMEOUT_MS) -> list[str]:
         """An acquire's round: SET NX PX of a new key on every master; the votes."""
         self.n += 1
-        args = ([b"agree:%d" % self.n], [b"token"], TTL_MS, timeout_ms)
-        result = self._run(self.engine.begin_set_nx, self.engine.set_nx, *args)
+        result = self._run(SetNx([b"agree:%d" % self.n], [b"token"], TTL_MS, timeout_ms))
         self.last = result[0]
         return [Outcome(code).name for code in result[0][0]]
 
@@ -98,8 +98,10 @@ class Rounds:
         honour_backoff: bool = False,
     ) -> list[str]:
         """A round that waits for all (as a release, or connect()): a script on every master."""
-        args = (PING.sha, PING.source, 0, [argv], timeout_ms, True, False, honour_backoff)
-        result = self._run(self.engine.begin_script, self.engine.run_script, *args)
+        request = RunScript(
+            PING.sha, PING.source, 0, [argv], timeout_ms, True, False, honour_backoff
+        )
+        result = self._run(request)
         self.last = result[0]
         return [Outcome(code).name for code in result[0][0]]
 

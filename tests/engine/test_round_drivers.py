@@ -1,4 +1,4 @@
-"""Both engines' event-fed rounds (begin_set_nx / begin_script -> round, finish(round)) driven by
+"""Both engines' event-fed rounds (begin(request) -> round, finish(round)) driven by
 the asyncio driver (hiredlock.aio._driver), real servers: the same votes as the blocking path, the
 engine held until its round ends, a stopped master's timeout, cancellation at any point never
 desynchronising the engine nor leaving the loop with a registration, many rounds at once on one
@@ -15,6 +15,7 @@ import time
 import pytest
 
 from hiredlock._core.masters import parse_masters
+from hiredlock._core.requests import RunScript, SetNx
 from hiredlock._core.scripts import EXTEND, RELEASE, Outcome
 from hiredlock._engines.python_engine import PythonEngine
 from hiredlock._engines.selection import engine_class
@@ -63,21 +64,21 @@ async def run_round(rnd, seen=None, engine=None):
 
 
 async def set_nx_async(engine, keys, tokens, timeout_ms=TIMEOUT_MS, seen=None):
-    rnd = engine.begin_set_nx(keys, tokens, TTL_MS, timeout_ms)
+    rnd = engine.begin(SetNx(keys, tokens, TTL_MS, timeout_ms))
     await run_round(rnd, seen, engine)
     return engine.finish(rnd)
 
 
 async def release_async(engine, keys, tokens, wait_all=True):
     argvs = [(key, token) for key, token in zip(keys, tokens)]
-    rnd = engine.begin_script(RELEASE.sha, RELEASE.source, 1, argvs, TIMEOUT_MS, wait_all)
+    rnd = engine.begin(RunScript(RELEASE.sha, RELEASE.source, 1, argvs, TIMEOUT_MS, wait_all))
     await run_round(rnd)
     return engine.finish(rnd)
 
 
 def release_sync(engine, keys, tokens, wait_all=True):
     argvs = [(key, token) for key, token in zip(keys, tokens)]
-    return engine.run_script(RELEASE.sha, RELEASE.source, 1, argvs, TIMEOUT_MS, wait_all)
+    return engine.run(RunScript(RELEASE.sha, RELEASE.source, 1, argvs, TIMEOUT_MS, wait_all))
 
 
 def codes_of(results) -> list[bytes]:
@@ -116,7 +117,7 @@ def test_same_votes_as_the_blocking_path(engine, masters5, key):
     tokens = [b"%040d" % i for i in range(len(LAYOUTS))]
     sync_engine, async_engine = new_engine(engine, masters5), new_engine(engine, masters5)
     try:
-        sync_set = sync_engine.set_nx(keys_by_path["sync"], tokens, TTL_MS, TIMEOUT_MS)
+        sync_set = sync_engine.run(SetNx(keys_by_path["sync"], tokens, TTL_MS, TIMEOUT_MS))
         async_set = asyncio.run(set_nx_async(async_engine, keys_by_path["async"], tokens))
         # set_nx stops once every key is decided: masters not heard from by then are SKIPPED,
         # so only the masters both paths heard from are compared.
@@ -142,18 +143,18 @@ def test_same_votes_as_the_blocking_path(engine, masters5, key):
 def test_a_round_holds_the_engine_until_it_ends(engine, masters5, key):
     eng = new_engine(engine, masters5[:3])
     try:
-        rnd = eng.begin_set_nx([key.encode()], [MINE], TTL_MS, TIMEOUT_MS)
+        rnd = eng.begin(SetNx([key.encode()], [MINE], TTL_MS, TIMEOUT_MS))
         # Only the native engine refuses a second round; the python one would start it and drop
         # the open round's connections (as after an exception), so it is not asked to.
         if engine == "native":
             with pytest.raises(RuntimeError):
-                eng.set_nx([key.encode()], [MINE], TTL_MS, TIMEOUT_MS)
+                eng.run(SetNx([key.encode()], [MINE], TTL_MS, TIMEOUT_MS))
         asyncio.run(run_round(rnd))
         ((codes, *_),) = eng.finish(rnd)
         assert codes.count(OK) >= 2
         assert eng.finish(rnd) == [(codes, *_)]  # the same results, once ended
-        assert eng.finish(eng.begin_set_nx([], [], TTL_MS, TIMEOUT_MS)) == []
-        ((again, *_),) = eng.set_nx([key.encode()], [MINE], TTL_MS, TIMEOUT_MS)
+        assert eng.finish(eng.begin(SetNx([], [], TTL_MS, TIMEOUT_MS))) == []
+        ((again, *_),) = eng.run(SetNx([key.encode()], [MINE], TTL_MS, TIMEOUT_MS))
         assert OK not in again
     finally:
         eng.close()
@@ -229,13 +230,15 @@ async def cancelled_rounds(engine, sleepers, held, mine, key, iterations, rng) -
             fresh = f"{key}:{i}".encode()
 
             def begin(fresh=fresh):
-                return engine.begin_set_nx([fresh], [token], TTL_MS, TIMEOUT_MS)
+                return engine.begin(SetNx([fresh], [token], TTL_MS, TIMEOUT_MS))
 
         else:
             argv = (mine, token, b"%d" % TTL_MS)
 
             def begin(argv=argv):
-                return engine.begin_script(EXTEND.sha, EXTEND.source, 1, [argv], TIMEOUT_MS, True)
+                return engine.begin(
+                    RunScript(EXTEND.sha, EXTEND.source, 1, [argv], TIMEOUT_MS, True)
+                )
 
         seen = Seen()
         begun = []
@@ -291,7 +294,7 @@ def test_cancellation_never_desynchronises_the_engine(engine, masters5, key):
             )
         )
         # the engine is whole for the sync path afterwards too
-        ((codes, *_),) = eng.set_nx([held], [MINE], TTL_MS, TIMEOUT_MS)
+        ((codes, *_),) = eng.run(SetNx([held], [MINE], TTL_MS, TIMEOUT_MS))
         assert OK not in codes
     finally:
         eng.close()
@@ -346,7 +349,7 @@ def test_a_master_dying_mid_round_leaves_no_registration(engine, masters5, key):
         await set_nx_async(eng, [k + b":warm"], [b"w" * 40])  # connections open
         masters5[4].stop()
         # wait_all: the round waits for master 4 until it answers, or its connection goes
-        rnd = eng.begin_script(RELEASE.sha, RELEASE.source, 1, [(k, MINE)], 2000.0, True)
+        rnd = eng.begin(RunScript(RELEASE.sha, RELEASE.source, 1, [(k, MINE)], 2000.0, True))
         seen = Seen()
         task = asyncio.ensure_future(run_round(rnd, seen, eng))
         await asyncio.sleep(0.05)

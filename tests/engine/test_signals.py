@@ -23,6 +23,7 @@ from support import EXTRA_SLACK, FOREIGN, assert_no_key, assert_values, kb, valu
 
 from hiredlock import HiredlockError, Outcome, QuorumUnreachable
 from hiredlock._core.masters import parse_masters
+from hiredlock._core.requests import RunScript, SetNx
 from hiredlock._core.scripts import EXTEND, RELEASE
 from hiredlock._engines.selection import engine_class
 
@@ -140,15 +141,17 @@ def test_engine_round_ends_on_a_signal(engine, masters5, key, op):
                 arm(armed, TIMER_DELAY)
                 with pytest.raises(Interrupted):
                     if op == "set_nx":
-                        eng.set_nx([kb(key)], [token], 10_000, LONG_TIMEOUT * 1000)
+                        eng.run(SetNx([kb(key)], [token], 10_000, LONG_TIMEOUT * 1000))
                     else:
-                        eng.run_script(
-                            RELEASE.sha,
-                            RELEASE.source,
-                            1,
-                            [(kb(key), token)],
-                            LONG_TIMEOUT * 1000,
-                            True,
+                        eng.run(
+                            RunScript(
+                                RELEASE.sha,
+                                RELEASE.source,
+                                1,
+                                [(kb(key), token)],
+                                LONG_TIMEOUT * 1000,
+                                True,
+                            )
                         )
                 elapsed = time.monotonic() - t0
         finally:
@@ -157,10 +160,10 @@ def test_engine_round_ends_on_a_signal(engine, masters5, key, op):
         # A foreign value: a stale +OK (or :1) taken for these answers would say OK.
         held = kb(key) + b":held"
         srv.admin().set(held, FOREIGN)
-        (result,) = eng.set_nx([held], [token], 10_000, LONG_TIMEOUT * 1000)
+        (result,) = eng.run(SetNx([held], [token], 10_000, LONG_TIMEOUT * 1000))
         assert result[0] == bytes([Outcome.TAKEN]), result
-        (result,) = eng.run_script(
-            RELEASE.sha, RELEASE.source, 1, [(held, token)], LONG_TIMEOUT * 1000, True
+        (result,) = eng.run(
+            RunScript(RELEASE.sha, RELEASE.source, 1, [(held, token)], LONG_TIMEOUT * 1000, True)
         )
         assert result[0] == bytes([Outcome.TAKEN]), result
         assert srv.admin().get(held) == FOREIGN
@@ -315,19 +318,19 @@ def test_random_interrupts_never_desynchronise_an_engine(engine, masters5):
                     sleeper.sleep(rng.uniform(0.02, 0.12))
                 try:
                     arm(armed, rng.uniform(0.0002, 0.03))
-                    eng.set_nx([name], [token], 5000, 300)
-                    eng.run_script(
-                        EXTEND.sha, EXTEND.source, 1, [(name, token, b"5000")], 300, True
+                    eng.run(SetNx([name], [token], 5000, 300))
+                    eng.run(
+                        RunScript(EXTEND.sha, EXTEND.source, 1, [(name, token, b"5000")], 300, True)
                     )
-                    eng.run_script(RELEASE.sha, RELEASE.source, 1, [(name, token)], 300, True)
+                    eng.run(RunScript(RELEASE.sha, RELEASE.source, 1, [(name, token)], 300, True))
                     disarm(armed)
                 except Interrupted:
                     interrupted += 1
                 finally:
                     disarm(armed)
-                (taken,) = eng.set_nx([foreign], [token], 5000, 300)
-                (released,) = eng.run_script(
-                    RELEASE.sha, RELEASE.source, 1, [(foreign, token)], 300, True
+                (taken,) = eng.run(SetNx([foreign], [token], 5000, 300))
+                (released,) = eng.run(
+                    RunScript(RELEASE.sha, RELEASE.source, 1, [(foreign, token)], 300, True)
                 )
                 for what, result in (("SET NX", taken), ("release", released)):
                     assert Outcome.OK not in result[0], (

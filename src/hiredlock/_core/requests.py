@@ -37,8 +37,8 @@ class SetNx(NamedTuple):
 @final
 class RunScript(NamedTuple):
     """EVALSHA sha numkeys *argv on every master for each argv (EVAL source where needed: see
-    the engine contract). honour_backoff: a best-effort round (an acquire, or the unlock after a
-    failed attempt)."""
+    the engine contract's run). honour_backoff: a best-effort round (an acquire, or the unlock
+    after a failed attempt)."""
 
     sha: bytes
     source: bytes

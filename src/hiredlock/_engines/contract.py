@@ -138,7 +138,17 @@ class Engine(Protocol):
     def __init__(self, masters: Sequence[MasterSpec], quorum: Optional[int] = None) -> None: ...
 
     def run(self, request: RoundRequest) -> list[RoundResult]:
-        """Runs a round request to its end (the sync driver: polls with the engine's own loop)."""
+        """Runs a round request to its end (the sync driver: polls with the engine's own loop).
+
+        SetNx: SET key token NX PX ttl_ms on every master: OK if set, TAKEN if the key exists.
+        RunScript (and Cleanup): EVALSHA sha numkeys *argv for each argv; EVAL source after
+        NOSCRIPT, and on a connection that has not run this script yet (so that no lost NOSCRIPT
+        reply can leave the script unrun); OK on an integer reply > 0, TAKEN on 0 or nil; every
+        argv has the same length. honour_backoff: a best-effort round (an acquire, or the unlock
+        after a failed attempt): like SetNx, do not reconnect to masters that failed a moment ago;
+        with wait_all, do not wait for lagging masters even while undecided. Release and extend
+        rounds always try, and wait for, every master their outcome needs.
+        """
         ...
 
     def begin(self, request: RoundRequest) -> Round:
@@ -149,41 +159,6 @@ class Engine(Protocol):
 
     def finish(self, rnd: Round) -> list[RoundResult]:
         """The results of a round a driver is done with (ended first if need be)."""
-        ...
-
-    def set_nx(
-        self,
-        keys: Sequence[bytes],
-        tokens: Sequence[bytes],
-        ttl_ms: int,
-        timeout_ms: float,
-    ) -> list[RoundResult]:
-        """run(SetNx(...)): SET key token NX PX ttl_ms on every master: OK if set, TAKEN if the
-        key exists."""
-        ...
-
-    def run_script(
-        self,
-        sha: bytes,
-        source: bytes,
-        numkeys: int,
-        argvs: Sequence[tuple[bytes, ...]],
-        timeout_ms: float,
-        wait_all: bool,
-        want_values: bool = False,
-        honour_backoff: bool = False,
-    ) -> list[RoundResult]:
-        """run(RunScript(...)): EVALSHA sha numkeys *argv for each argv; EVAL source after
-        NOSCRIPT, and on a connection that has not run this script yet (so that no lost NOSCRIPT
-        reply can leave the script unrun).
-
-        honour_backoff: a best-effort round (an acquire, or the unlock after a failed attempt):
-        like set_nx, do not reconnect to masters that failed a moment ago; with wait_all, do not
-        wait for lagging masters even while undecided. Release and extend rounds always try, and
-        wait for, every master their outcome needs.
-
-        OK on an integer reply > 0, TAKEN on 0 or nil; every argv has the same length.
-        """
         ...
 
     def owes_replies(self) -> bool:

@@ -51,9 +51,9 @@ _CONNECT_MIN_NS = int(CONNECT_TIMEOUT_MIN_MS * 1_000_000)
 class PythonEngine:
     """Engine contract on plain non-blocking sockets, one connection per master.
 
-    A round runs in one call (set_nx, run_script), or in steps for a driver of one's own:
-    begin_set_nx / begin_script start it (commands written, connections opening), the driver
-    feeds it events (see Round), finish(round) gives the results.
+    A round request (see hiredlock._core.requests) runs in one call, run(request), or in steps
+    for a driver of one's own: begin(request) starts it (commands written, connections opening),
+    the driver feeds it events (see Round), finish(round) gives the results.
     """
 
     name = "python"
@@ -65,32 +65,6 @@ class PythonEngine:
         self._generation = _fork.generation
         _resolver.prefetch([master.place for master in self._masters if master.place is not None])
 
-    def set_nx(
-        self,
-        keys: Sequence[bytes],
-        tokens: Sequence[bytes],
-        ttl_ms: int,
-        timeout_ms: float,
-    ) -> list[RoundResult]:
-        return run_blocking(self.begin_set_nx(keys, tokens, ttl_ms, timeout_ms))
-
-    def run_script(
-        self,
-        sha: bytes,
-        source: bytes,
-        numkeys: int,
-        argvs: Sequence[tuple[bytes, ...]],
-        timeout_ms: float,
-        wait_all: bool,
-        want_values: bool = False,
-        honour_backoff: bool = False,
-    ) -> list[RoundResult]:
-        return run_blocking(
-            self.begin_script(
-                sha, source, numkeys, argvs, timeout_ms, wait_all, want_values, honour_backoff
-            )
-        )
-
     def run(self, request: RoundRequest) -> list[RoundResult]:
         """Runs a round request (SetNx, RunScript or Cleanup) and gives its results."""
         return run_blocking(self.begin(request))
@@ -98,24 +72,23 @@ class PythonEngine:
     def begin(self, request: RoundRequest) -> Round:
         """Starts a round request's round; a driver waits for it, finish() gives its results."""
         if type(request) is SetNx:
-            return self.begin_set_nx(*request)
-        return self.begin_script(*request)
+            return self._begin_set_nx(*request)
+        return self._begin_script(*request)
 
-    def begin_set_nx(
+    def _begin_set_nx(
         self,
         keys: Sequence[bytes],
         tokens: Sequence[bytes],
         ttl_ms: int,
         timeout_ms: float,
     ) -> Round:
-        """Starts set_nx's round; a driver waits for it, finish() gives its results."""
         if len(keys) != len(tokens):
             raise ValueError("set_nx needs one token per key")
         ttl = b"%d" % int(ttl_ms)
         commands = [pack_set_nx_px(key, token, ttl) for key, token in zip(keys, tokens)]
         return self._begin(KIND_SET, commands, None, None, timeout_ms, False, True, False)
 
-    def begin_script(
+    def _begin_script(
         self,
         sha: bytes,
         source: bytes,
@@ -126,7 +99,6 @@ class PythonEngine:
         want_values: bool = False,
         honour_backoff: bool = False,
     ) -> Round:
-        """Starts run_script's round; a driver waits for it, finish() gives its results."""
         count = b"%d" % numkeys
         commands = [pack_command((b"EVALSHA", sha, count, *argv)) for argv in argvs]
         evals = Evals(source, count, argvs)
