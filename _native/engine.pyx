@@ -333,7 +333,7 @@ cdef class NativeEngine:
         if type(tokens) is not tuple:
             tokens = tuple(tokens)
         if len(keys) != len(tokens):
-            raise ValueError("set_nx needs one token per key")
+            raise ValueError("SetNx needs one token per key")
         return _round(self, KIND_SET, SET_HEAD, (), keys, tokens,
                       self.set_tail, timeout_ms, False, True, False, 0)
 

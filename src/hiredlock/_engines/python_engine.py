@@ -72,38 +72,26 @@ class PythonEngine:
     def begin(self, request: RoundRequest) -> Round:
         """Starts a round request's round; a driver waits for it, finish() gives its results."""
         if type(request) is SetNx:
-            return self._begin_set_nx(*request)
-        return self._begin_script(*request)
-
-    def _begin_set_nx(
-        self,
-        keys: Sequence[bytes],
-        tokens: Sequence[bytes],
-        ttl_ms: int,
-        timeout_ms: float,
-    ) -> Round:
-        if len(keys) != len(tokens):
-            raise ValueError("set_nx needs one token per key")
-        ttl = b"%d" % int(ttl_ms)
-        commands = [pack_set_nx_px(key, token, ttl) for key, token in zip(keys, tokens)]
-        return self._begin(KIND_SET, commands, None, None, timeout_ms, False, True, False)
-
-    def _begin_script(
-        self,
-        sha: bytes,
-        source: bytes,
-        numkeys: int,
-        argvs: Sequence[tuple[bytes, ...]],
-        timeout_ms: float,
-        wait_all: bool,
-        want_values: bool = False,
-        honour_backoff: bool = False,
-    ) -> Round:
-        count = b"%d" % numkeys
-        commands = [pack_command((b"EVALSHA", sha, count, *argv)) for argv in argvs]
-        evals = Evals(source, count, argvs)
+            keys, tokens = request.keys, request.tokens
+            if len(keys) != len(tokens):
+                raise ValueError("SetNx needs one token per key")
+            ttl = b"%d" % int(request.ttl_ms)
+            commands = [pack_set_nx_px(key, token, ttl) for key, token in zip(keys, tokens)]
+            return self._begin(
+                KIND_SET, commands, None, None, request.timeout_ms, False, True, False
+            )
+        count = b"%d" % request.numkeys
+        argvs = request.argvs
+        commands = [pack_command((b"EVALSHA", request.sha, count, *argv)) for argv in argvs]
         return self._begin(
-            KIND_SCRIPT, commands, evals, sha, timeout_ms, wait_all, honour_backoff, want_values
+            KIND_SCRIPT,
+            commands,
+            Evals(request.source, count, argvs),
+            request.sha,
+            request.timeout_ms,
+            request.wait_all,
+            request.honour_backoff,
+            request.want_values,
         )
 
     def finish(self, rnd: Round) -> list[RoundResult]:
