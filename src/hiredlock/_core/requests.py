@@ -11,8 +11,8 @@ A request is one of the NamedTuples below, cheap to make on every round. A round
 (SetNx, RunScript, Cleanup) is what an engine runs (engine.run(request), or engine.begin(request)
 for a driver that waits itself: see _engines/contract.py); a driver tells them apart by type
 (`type(request) is Pause`). Being tuples, they can be read by field index where speed matters (the
-native engine's steps driver): those indexes are the `*_FIELDS` below, which the native engine
-mirrors (a test checks that they agree).
+native engine's steps driver): its field indexes (_native/engine.pxd) mirror each NamedTuple's
+`_fields`, and tests/engine/test_contract.py checks that they agree.
 """
 
 from __future__ import annotations
@@ -85,10 +85,7 @@ RoundRequest = Union[SetNx, RunScript, Cleanup]
 Request = Union[SetNx, RunScript, Cleanup, Pause]
 Steps = Generator[Request, Any, Any]
 
-# The field orders a C reader relies on (see the module doc).
-SET_NX_FIELDS = SetNx._fields
-RUN_SCRIPT_FIELDS = RunScript._fields
-PAUSE_FIELDS = Pause._fields
+# The C reader reads a Cleanup with RunScript's field indexes (see the module doc).
 assert Cleanup._fields == RunScript._fields
 
 
