@@ -88,6 +88,7 @@ cdef enum:
     SCRIPT_WAIT_ALL = 5
     SCRIPT_WANT_VALUES = 6
     SCRIPT_HONOUR_BACKOFF = 7
+    SCRIPT_ACQUIRES = 8
 
 # The request types, handed over by set_request_types() (steps.pxi).
 cdef object _SetNx, _RunScript, _Cleanup, _Pause
@@ -121,6 +122,7 @@ cdef struct Command:
     const char *tail[MAX_PARTS]
     size_t tail_len[MAX_PARTS]
     bint want_values
+    bint acquires              # a script that takes something: no EVAL for a late NOSCRIPT
     uint32_t script_bit        # this script's bit in Master.scripts_known (0: not tracked)
     # Every item's command (EVALSHA for scripts), formatted once, back to back, for all masters:
     # item k is batch[item_end[k - 1]:item_end[k]].
@@ -276,7 +278,8 @@ cdef class NativeEngine:
     # engine.pyx: a SetNx or RunScript request's round (round.pxi's _round runs it)
     cdef object set_nx(self, keys, tokens, long long ttl_ms, double timeout_ms)
     cdef object run_script(self, bytes sha, bytes source, int numkeys, argvs, double timeout_ms,
-                           bint wait_all, bint want_values=*, bint honour_backoff=*)
+                           bint wait_all, bint want_values=*, bint honour_backoff=*,
+                           bint acquires=*)
 
 
 @cython.final
@@ -347,7 +350,8 @@ cdef void _fail_master(NativeEngine self, int i, uint8_t code, const char *detai
 
 cdef object _round(NativeEngine self, Kind kind, tuple head, tuple eval_head, tuple items,
                    tuple tokens, tuple tail, double timeout_ms, bint wait_all,
-                   bint honour_backoff, bint want_values, uint32_t script_bit)
+                   bint honour_backoff, bint want_values, bint acquires,
+                   uint32_t script_bit)
 cdef list _results(NativeEngine self, Command *cmd, int64_t t0, int64_t end)
 cdef void _run(NativeEngine self, Command *cmd, int64_t timeout_ns, bint wait_all,
                bint honour_backoff) noexcept nogil

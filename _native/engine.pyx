@@ -335,10 +335,11 @@ cdef class NativeEngine:
         if len(keys) != len(tokens):
             raise ValueError("SetNx needs one token per key")
         return _round(self, KIND_SET, SET_HEAD, (), keys, tokens,
-                      self.set_tail, timeout_ms, False, True, False, 0)
+                      self.set_tail, timeout_ms, False, True, False, False, 0)
 
     cdef object run_script(self, bytes sha, bytes source, int numkeys, argvs, double timeout_ms,
-                           bint wait_all, bint want_values=False, bint honour_backoff=False):
+                           bint wait_all, bint want_values=False, bint honour_backoff=False,
+                           bint acquires=False):
         """EVALSHA sha numkeys *argv per item (EVAL source on a connection that has not run the
         script yet, and after NOSCRIPT). OK on a reply > 0."""
         cdef tuple known = self.scripts.get(sha)
@@ -347,7 +348,8 @@ cdef class NativeEngine:
         if type(argvs) is not tuple:
             argvs = tuple(argvs)
         return _round(self, KIND_SCRIPT, <tuple>known[2], <tuple>known[3], argvs, None, (),
-                      timeout_ms, wait_all, honour_backoff, want_values, <uint32_t>known[1])
+                      timeout_ms, wait_all, honour_backoff, want_values, acquires,
+                      <uint32_t>known[1])
 
     cdef tuple _script(self, bytes sha, bytes source, int numkeys):
         """A script's bit (see Master.scripts_known) and its commands' leading arguments, kept
@@ -373,7 +375,8 @@ cdef class NativeEngine:
                                args[SET_NX_TIMEOUT_MS])
         return self.run_script(args[SCRIPT_SHA], args[SCRIPT_SOURCE], args[SCRIPT_NUMKEYS],
                                args[SCRIPT_ARGVS], args[SCRIPT_TIMEOUT_MS], args[SCRIPT_WAIT_ALL],
-                               args[SCRIPT_WANT_VALUES], args[SCRIPT_HONOUR_BACKOFF])
+                               args[SCRIPT_WANT_VALUES], args[SCRIPT_HONOUR_BACKOFF],
+                               args[SCRIPT_ACQUIRES])
 
     def begin(self, request):
         """Starts a round request's round and returns it (a NativeRound): a driver feeds it

@@ -12,7 +12,8 @@
 
 cdef object _round(NativeEngine self, Kind kind, tuple head, tuple eval_head, tuple items,
                    tuple tokens, tuple tail, double timeout_ms, bint wait_all,
-                   bint honour_backoff, bint want_values, uint32_t script_bit):
+                   bint honour_backoff, bint want_values, bint acquires,
+                   uint32_t script_bit):
     """One round: run here with the GIL released (its results), or when beginning, started and
     handed back to be fed by a driver (a NativeRound). items: a tuple of rows (one tuple of
     arguments per item), or with tokens (SET), the keys: item k's arguments are items[k],
@@ -51,6 +52,7 @@ cdef object _round(NativeEngine self, Kind kind, tuple head, tuple eval_head, tu
     cmd.kind = kind
     cmd.n_items = n_items
     cmd.want_values = want_values
+    cmd.acquires = acquires
     cmd.script_bit = script_bit
     cmd.n_head = _parts(head, cmd.head, cmd.head_len)
     _parts(eval_head, cmd.eval_head, cmd.eval_head_len)
@@ -334,8 +336,8 @@ cdef inline void _account(NativeEngine self, Command *cmd) noexcept nogil:
                 m.stale += m.slot_tail - m.slot_head
                 if now >= (self.c_cold_deadline if m.cold else self.c_deadline):
                     m.report |= REPORT_LAGGED
-                if cmd.kind == KIND_SCRIPT:
-                    _owe_evals(self, m, cmd)
+                if cmd.kind == KIND_SCRIPT and not cmd.acquires:
+                    _owe_evals(self, m, cmd)  # (a late acquire never runs: Script.acquires)
             if m.stale > MAX_STALE:
                 drop(m)
         if m.report:

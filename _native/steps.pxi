@@ -22,7 +22,7 @@ REQUEST_FIELDS = {
     "RunScript": {"sha": SCRIPT_SHA, "source": SCRIPT_SOURCE, "numkeys": SCRIPT_NUMKEYS,
                   "argvs": SCRIPT_ARGVS, "timeout_ms": SCRIPT_TIMEOUT_MS,
                   "wait_all": SCRIPT_WAIT_ALL, "want_values": SCRIPT_WANT_VALUES,
-                  "honour_backoff": SCRIPT_HONOUR_BACKOFF},
+                  "honour_backoff": SCRIPT_HONOUR_BACKOFF, "acquires": SCRIPT_ACQUIRES},
 }
 
 _pause = None
@@ -81,7 +81,7 @@ def run_steps(pool, steps, list pin=None):
                                 args[SCRIPT_SHA], args[SCRIPT_SOURCE], args[SCRIPT_NUMKEYS],
                                 args[SCRIPT_ARGVS], args[SCRIPT_TIMEOUT_MS],
                                 args[SCRIPT_WAIT_ALL], args[SCRIPT_WANT_VALUES],
-                                args[SCRIPT_HONOUR_BACKOFF])
+                                args[SCRIPT_HONOUR_BACKOFF], args[SCRIPT_ACQUIRES])
                     else:
                         reply = engine.run(request)
                 finally:

@@ -295,6 +295,34 @@ def test_unlock_after_failed_attempt_reaches_slow_master(
     assert_no_key([slow], key, "(our SET on the late master was never undone)")
 
 
+def test_late_noscript_of_a_failed_fenced_acquire_is_not_run_after_its_unlock(
+    engine, make_redlock, masters5, key
+):
+    """A fenced acquire is a script. On a master that answers after the attempt failed, its
+    reply says NOSCRIPT (the cache was flushed): the attempt's unlock already ran there, so
+    sending the acquire's EVAL then would set a key nobody holds, for the whole ttl."""
+    a, b, slow = masters5[:3]
+    rl = make_redlock(urls([a, b, slow]), master_timeout=0.05, retry_count=1)
+    warm = rl.lock(key + ":warm", 10, fencing=True)
+    assert warm.acquire(blocking=False)
+    warm.release()  # the fenced acquire is cached on every connection; the unlock is not yet
+    _script_flush([slow])
+    set_foreign([a, b], key)
+    socks = debug_sleep([slow], 0.1)
+    try:
+        assert rl.lock(key, 10, fencing=True).acquire(blocking=False) is False
+    finally:
+        for s in socks:
+            s.close()
+    wait_until(lambda: slow.admin().ping(), 5, "slow master awake")
+    for _ in range(2):  # the late replies are read, then whatever they caused has run
+        other = rl.lock(key + ":other", 10)
+        assert other.acquire(blocking=False)
+        other.release()
+    assert_foreign_intact([a, b], key)
+    assert_no_key([slow], key, "(the failed attempt's acquire ran after its unlock)")
+
+
 @pytest.mark.parametrize("scripts", ["cached", "flushed"])
 def test_release_reaches_slow_master(engine, make_redlock, masters5, key, scripts):
     """release() on 3 masters, one of them 100 ms late (past master_timeout): the two others make

@@ -114,3 +114,15 @@ def test_native_field_indexes_agree_with_the_requests(request_type):
     name = "SetNx" if request_type is _requests.SetNx else "RunScript"
     indexes = _native.REQUEST_FIELDS[name]
     assert indexes == {field: k for k, field in enumerate(request_type._fields)}
+
+
+def test_the_hand_built_release_request_is_the_one_script_makes():
+    """The lock's release request is built field by field (half of every lock cycle); the
+    native driver reads its fields by index, so a field it lacks would be read past its end."""
+    import hiredlock
+
+    with hiredlock.Redlock(["redis://127.0.0.1:1"], master_timeout=0.2) as rl:
+        lock = rl.lock("name", 10)
+        built = lock._release_request(b"token")
+        made = _requests.script(RELEASE, 1, ((b"name", b"token"),), 200.0, True)
+        assert type(built) is type(made) and built == made

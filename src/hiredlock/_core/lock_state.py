@@ -175,7 +175,8 @@ class LockState:
         argvs = ((self._key, token),)
         timeout_ms = self._timeout_ms
         return _new(
-            RunScript, (_RELEASE_SHA, _RELEASE_SOURCE, 1, argvs, timeout_ms, True, False, False)
+            RunScript,
+            (_RELEASE_SHA, _RELEASE_SOURCE, 1, argvs, timeout_ms, True, False, False, False),
         )
 
     def _unlock_request(self, token: bytes, kind: type, expiry: bool = False) -> Request:

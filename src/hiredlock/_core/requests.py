@@ -38,7 +38,7 @@ class SetNx(NamedTuple):
 class RunScript(NamedTuple):
     """EVALSHA sha numkeys *argv on every master for each argv (EVAL source where needed: see
     the engine contract's run). honour_backoff: a best-effort round (an acquire, or the unlock
-    after a failed attempt)."""
+    after a failed attempt). acquires: the script's (see Script.acquires)."""
 
     sha: bytes
     source: bytes
@@ -48,6 +48,7 @@ class RunScript(NamedTuple):
     wait_all: bool
     want_values: bool = False
     honour_backoff: bool = False
+    acquires: bool = False
 
 
 @final
@@ -64,6 +65,7 @@ class Cleanup(NamedTuple):
     wait_all: bool
     want_values: bool = False
     honour_backoff: bool = False
+    acquires: bool = False
 
 
 @final
@@ -112,6 +114,7 @@ def script(
         wait_all,
         want_values,
         honour_backoff,
+        script.acquires,
     )
 
 

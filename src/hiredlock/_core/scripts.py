@@ -10,15 +10,22 @@ from typing import NamedTuple, Optional
 
 
 class Script(NamedTuple):
-    """A Lua script as sent on the wire: EVALSHA with `sha`, EVAL with `source` on NOSCRIPT."""
+    """A Lua script as sent on the wire: EVALSHA with `sha`, EVAL with `source` on NOSCRIPT.
+
+    acquires: the script takes something (a lock, a permit, a place). Its reply, when a master
+    gives it after the round ended and it says NOSCRIPT, is dropped: the attempt's unlock may
+    have run on that master already, and running the acquire then would leave a key nobody
+    holds. Any other script (a release, an extend, an unlock) is sent again as EVAL then, so
+    that it still runs on a master that answered late."""
 
     source: bytes
     sha: bytes
+    acquires: bool
 
 
-def _script(source: str) -> Script:
+def _script(source: str, *, acquires: bool = False) -> Script:
     raw = source.encode()
-    return Script(raw, hashlib.sha1(raw).hexdigest().encode())
+    return Script(raw, hashlib.sha1(raw).hexdigest().encode(), acquires)
 
 
 # Where a release is announced: waiters subscribe to the channel of the name they wait for (see
@@ -68,7 +75,8 @@ EXTEND = _script(
 # Returns the new counter, or 0 when the lock is held by another token. ARGV: token, ttl ms.
 ACQUIRE_FENCED = _script(
     "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
-    "return redis.call('incr', KEYS[2]) else return 0 end"
+    "return redis.call('incr', KEYS[2]) else return 0 end",
+    acquires=True,
 )
 
 # Fencing, round 2: raise the counter to the fence handed out (never lower it), so that any later
@@ -111,7 +119,8 @@ PING = _script("return 1")
 ACQUIRE_FIRST_FREE = _script(
     "for i, key in ipairs(KEYS) do "
     "if redis.call('set', key, ARGV[1], 'NX', 'PX', ARGV[2]) then return i end "
-    "end return 0"
+    "end return 0",
+    acquires=True,
 )
 
 # A semaphore's permit i is a lock on its own key (see semaphores.acquire_permit_steps).
@@ -164,7 +173,8 @@ READ_ACQUIRE = _script(
     "redis.call('zadd', KEYS[2], now + ARGV[2], ARGV[1]) "
     "if redis.call('pttl', KEYS[2]) < tonumber(ARGV[2]) then "
     "redis.call('pexpire', KEYS[2], ARGV[2]) end "
-    "return 1"
+    "return 1",
+    acquires=True,
 )
 
 # A writer: refused while a writer or a live reader holds the lock, or during the readers' pass,
@@ -176,7 +186,8 @@ WRITE_ACQUIRE = _script(
     "redis.call('set', KEYS[3], ARGV[1], 'px', ARGV[3]) return 0 end "
     "redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2]) "
     "if redis.call('get', KEYS[3]) == ARGV[1] then redis.call('del', KEYS[3]) end "
-    "return 1"
+    "return 1",
+    acquires=True,
 )
 
 # A writer's release: readers that waited get their pass; announced.
@@ -362,7 +373,8 @@ FAIR_ACQUIRE = _script(
     "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then "
     "redis.call('zadd', KEYS[3], now + math.min(tonumber(ARGV[2]), tonumber(ARGV[5])) - 1, "
     "ARGV[3]) return 1 end "
-    "return 0"
+    "return 0",
+    acquires=True,
 )
 
 # The unlock after a fair lock's failed attempt (FAIR_ACQUIRE's KEYS and ARGV):

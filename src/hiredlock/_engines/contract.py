@@ -143,11 +143,13 @@ class Engine(Protocol):
         SetNx: SET key token NX PX ttl_ms on every master: OK if set, TAKEN if the key exists.
         RunScript (and Cleanup): EVALSHA sha numkeys *argv for each argv; EVAL source after
         NOSCRIPT, and on a connection that has not run this script yet (so that no lost NOSCRIPT
-        reply can leave the script unrun); OK on an integer reply > 0, TAKEN on 0 or nil; every
-        argv has the same length. honour_backoff: a best-effort round (an acquire, or the unlock
-        after a failed attempt): like SetNx, do not reconnect to masters that failed a moment ago;
-        with wait_all, do not wait for lagging masters even while undecided. Release and extend
-        rounds always try, and wait for, every master their outcome needs.
+        reply can leave the script unrun); a reply that comes after the round ended gets its EVAL
+        too when it says NOSCRIPT, unless the request acquires (see Script.acquires); OK on an
+        integer reply > 0, TAKEN on 0 or nil; every argv has the same length. honour_backoff: a
+        best-effort round (an acquire, or the unlock after a failed attempt): like SetNx, do not
+        reconnect to masters that failed a moment ago; with wait_all, do not wait for lagging
+        masters even while undecided. Release and extend rounds always try, and wait for, every
+        master their outcome needs.
         """
         ...
 

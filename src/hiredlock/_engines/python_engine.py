@@ -86,7 +86,7 @@ class PythonEngine:
         return self._begin(
             KIND_SCRIPT,
             commands,
-            Evals(request.source, count, argvs),
+            Evals(request.source, count, argvs, request.acquires),
             request.sha,
             request.timeout_ms,
             request.wait_all,

@@ -134,14 +134,18 @@ class Votes:
 
 class Evals:
     """Each item's script as EVAL (with its source), formatted when first needed: on a connection
-    that has not run the script yet, after NOSCRIPT, or for a reply the round leaves owed."""
+    that has not run the script yet, after NOSCRIPT, or for a reply the round leaves owed (not
+    for an acquire's: see Script.acquires)."""
 
-    __slots__ = ("argvs", "batch", "count", "packed", "source")
+    __slots__ = ("acquires", "argvs", "batch", "count", "packed", "source")
 
-    def __init__(self, source: bytes, count: bytes, argvs: Sequence[tuple[bytes, ...]]) -> None:
+    def __init__(
+        self, source: bytes, count: bytes, argvs: Sequence[tuple[bytes, ...]], acquires: bool
+    ) -> None:
         self.source = source
         self.count = count
         self.argvs = argvs
+        self.acquires = acquires
         self.packed: list[Optional[bytes]] = [None] * len(argvs)
         self.batch: Optional[bytes] = None
 
@@ -525,11 +529,14 @@ class Round:
 
     def _abandon(self, master: Master, end: int) -> None:
         """The round ended with replies still owed: later rounds read them and drop them (a
-        script's, if it says NOSCRIPT, gets its EVAL sent then: see LOGIN)."""
+        script's, if it says NOSCRIPT, gets its EVAL sent then, unless it acquires: see LOGIN
+        and Script.acquires)."""
         if len(master.owed) > MAX_STALE_REPLIES:
             master.drop()
             return
         evals = self.evals
+        if evals is not None and evals.acquires:
+            evals = None  # a late acquire never runs (Script.acquires)
         master.owed = deque(
             (None if evals is None else evals[entry]) if type(entry) is int else entry
             for entry in master.owed
