@@ -10,7 +10,7 @@ from typing import Any, Callable, ClassVar, Optional, TypeVar, Union
 from . import scripts as _scripts
 from . import validation as _validation
 from .flavour import Flavour
-from .masters import MasterLike, MasterSpec
+from .masters import MasterLike, MasterSpec, parse_masters
 from .session import Session
 from .validation import Duration
 
@@ -37,13 +37,14 @@ class ClientBase:
         backend: str = "auto",
         wake: bool = True,
     ) -> None:
+        specs = parse_masters(masters)
         self._session = session = Session(
-            masters,
+            specs,
             retry_count=retry_count,
             retry_delay=retry_delay,
             drift_factor=drift_factor,
             master_timeout=master_timeout,
-            engine_class=self._flavour.engine_class(backend),
+            engine_class=self._flavour.engine_class(backend, specs),
         )
         session.label = hex(id(self))
         session.wake = _validation.flag(wake, "wake")

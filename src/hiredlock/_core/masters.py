@@ -38,7 +38,8 @@ _CLIENT_TLS_UNSUPPORTED = (
 class MasterSpec:
     """Where one master lives and how to log in. `path` set means a unix socket; `tls` set, a
     TLS connection (rediss://); `sentinel` set, a Sentinel group's master, wherever the sentinels
-    say it is (host and path are None)."""
+    say it is (host and path are None); `memory` set, a master in this process
+    (hiredlock.testing's: its engine, release notices and faults are its own)."""
 
     host: Optional[str] = None
     port: int = DEFAULT_PORT
@@ -48,9 +49,12 @@ class MasterSpec:
     password: Optional[str] = None
     tls: Optional[TLSConfig] = None
     sentinel: Optional[SentinelGroup] = None
+    memory: Optional[Any] = None
 
     def identity(self) -> tuple[Any, ...]:
         """Two specs with the same identity are the same master (duplicates are refused)."""
+        if self.memory is not None:
+            return ("memory", id(self.memory))
         if self.sentinel is not None:
             places = frozenset((host.lower(), port) for host, port in self.sentinel.sentinels)
             return ("sentinel", places, self.sentinel.service_name, self.db)
@@ -59,6 +63,8 @@ class MasterSpec:
         return ("tcp", (self.host or "").lower(), self.port, self.db)
 
     def __str__(self) -> str:  # the master's name in votes and messages: no credentials
+        if self.memory is not None:
+            return str(self.memory)
         if self.path is not None:
             return f"unix://{self.path}?db={self.db}"
         if self.sentinel is not None:
@@ -87,6 +93,12 @@ def parse_masters(masters: Any) -> tuple[MasterSpec, ...]:
     specs = tuple(_parse_master(item, index) for index, item in enumerate(masters))
     if not specs:
         raise ValueError("masters must name at least one Redis master")
+    in_memory = sum(spec.memory is not None for spec in specs)
+    if in_memory and in_memory != len(specs):
+        raise ValueError(
+            "masters mixes memory masters (hiredlock.testing) with Redis servers: a client's "
+            "masters are all in memory or all servers"
+        )
     seen: dict[tuple[Any, ...], int] = {}
     for index, spec in enumerate(specs):
         first = seen.setdefault(spec.identity(), index)
@@ -97,6 +109,10 @@ def parse_masters(masters: Any) -> tuple[MasterSpec, ...]:
 
 def _parse_master(item: Any, index: int) -> MasterSpec:
     where = f"masters[{index}]"
+    if isinstance(item, MasterSpec):
+        return item
+    if getattr(type(item), "hiredlock_memory_master", False):
+        return MasterSpec(host=None, memory=item)
     if isinstance(item, str):
         return _parse_url(item, where)
     if isinstance(item, dict):

@@ -40,9 +40,11 @@ _MAX_DETAIL = 400  # characters of an error text kept in a vote (as the native e
 
 
 class Votes:
-    """Vote bookkeeping of one round: per key, per master, and when each key was decided."""
+    """Vote bookkeeping of one round: per key, per master, and when each key was decided (on
+    `clock`, in ns: time.monotonic_ns unless the engine runs on a clock of its own)."""
 
     __slots__ = (
+        "clock",
         "codes",
         "decided_at",
         "details",
@@ -55,7 +57,16 @@ class Votes:
         "values",
     )
 
-    def __init__(self, n_keys: int, n: int, q: int, t0: int, want_values: bool) -> None:
+    def __init__(
+        self,
+        n_keys: int,
+        n: int,
+        q: int,
+        t0: int,
+        want_values: bool,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self.clock = clock
         self.n = n
         self.q = q
         self.t0 = t0
@@ -81,7 +92,7 @@ class Votes:
         if not self.decided_at[key] and (
             self.oks[key] >= self.q or self.fails[key] > self.n - self.q
         ):
-            self.decided_at[key] = time.monotonic_ns()
+            self.decided_at[key] = self.clock()
             self.undecided -= 1
 
     def vote_all(self, master: int, code: int, detail: Optional[str]) -> None:

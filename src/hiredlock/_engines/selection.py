@@ -1,14 +1,17 @@
 """Picks the engine, in one place: HIREDLOCK_IMPL=native|python forces one, else native if it loads.
 
 A forced engine that cannot load fails at import, loudly; the chosen engine names itself (.name).
+Masters in memory (hiredlock.testing) have their own engine, "memory", whatever the default.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Optional
+from collections.abc import Sequence
+from typing import Any, Optional
 
 from .._core.errors import EngineUnavailable
+from .._core.masters import MasterSpec
 from .python_engine import PythonEngine
 
 BACKENDS = ("native", "python")
@@ -27,8 +30,28 @@ def available_backends() -> tuple[str, ...]:
     return ("native", "python") if NativeEngine is not None else ("python",)
 
 
-def engine_class(backend: str) -> type:
-    """The engine class for "native", "python" or "auto" (the process default)."""
+def memory_group(masters: Sequence[MasterSpec]) -> Optional[Any]:
+    """The first master when the masters are in memory (hiredlock.testing: they are all or none,
+    see parse_masters), else None."""
+    if masters and masters[0].memory is not None:
+        return masters[0].memory
+    return None
+
+
+def engine_class(backend: str, masters: Sequence[MasterSpec] = ()) -> type:
+    """The engine class for "native", "python" or "auto" (the process default); for masters in
+    memory, their own engine (backend "auto" or "memory")."""
+    memory = memory_group(masters)
+    if memory is not None:
+        if backend not in ("auto", "memory"):
+            raise ValueError(
+                f"backend must be 'auto' or 'memory' for masters in memory, got {backend!r}"
+            )
+        return memory.engine_class  # type: ignore[no-any-return]
+    if backend == "memory":
+        raise ValueError(
+            "backend 'memory' is for masters in memory (hiredlock.testing.memory_masters)"
+        )
     if backend == "auto":
         return DEFAULT_ENGINE
     if backend == "python":

@@ -3,9 +3,18 @@ waiters woken from the loop; its locks schedule their own renewals as tasks of t
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._core.flavour import Flavour
-from .._engines.selection import engine_class
+from .._core.session import Session
+from .._engines.selection import engine_class, memory_group
 from ._notices import LoopNotices
 from ._rounds import AsyncRounds
 
-ASYNCIO = Flavour(engine_class=engine_class, rounds=AsyncRounds, notices=LoopNotices)
+
+def _notices(session: Session) -> Any:
+    memory = memory_group(session.masters)  # (masters in memory notify in the process)
+    return LoopNotices(session) if memory is None else memory.notices(session, True)
+
+
+ASYNCIO = Flavour(engine_class=engine_class, rounds=AsyncRounds, notices=_notices)

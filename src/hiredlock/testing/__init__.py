@@ -10,6 +10,8 @@ clock moves on, so locks expire). Needs the `testing` extra: pip install 'hiredl
 
 from __future__ import annotations
 
+from ._engine import MemoryEngine
+from ._masters import MemoryMaster, MemoryMasters, memory_masters
 from ._store import MemoryStore
 
-__all__ = ["MemoryStore"]
+__all__ = ["MemoryEngine", "MemoryMaster", "MemoryMasters", "MemoryStore", "memory_masters"]
