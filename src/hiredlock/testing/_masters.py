@@ -220,6 +220,10 @@ class MemoryMasters:
         with self.lock:
             self._listeners.add(listener)
 
+    def subscribers(self, channel: bytes) -> int:
+        """How many clients of these masters have a waiter on `channel` now."""
+        return sum(listener.waiting(channel) for listener in list(self._listeners))
+
     def publish(self, channel: bytes, message: bytes) -> int:
         listeners = list(self._listeners)
         for listener in listeners:

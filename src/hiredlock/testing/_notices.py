@@ -34,6 +34,9 @@ class ThreadMemoryNotices:
             for event in self._waiters.get(channel, ()):
                 event.set()
 
+    def waiting(self, channel: bytes) -> bool:
+        return bool(self._waiters.get(channel))
+
     def wait(self, channel: bytes, timeout: float, seen: int = 0) -> bool:
         """True when woken by a notice on `channel` (or when it had more than `seen` notices
         already), False at the timeout."""
@@ -79,6 +82,9 @@ class LoopMemoryNotices:
             waiting = list(self._waiters.get(channel, ()))
         for future in waiting:
             _settle_soon(future, True)
+
+    def waiting(self, channel: bytes) -> bool:
+        return bool(self._waiters.get(channel))
 
     async def wait(self, channel: bytes, timeout: float, seen: int = 0) -> bool:
         """True when woken by a notice on `channel` (or when it had more than `seen` notices

@@ -71,6 +71,8 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self.on_publish: Optional[Callable[[bytes, bytes], Optional[int]]] = None
+        # commands run, by name (upper case), scripts' own calls included (as INFO commandstats)
+        self.calls: dict[bytes, int] = {}
         self._keys: dict[bytes, _Key] = {}
         self._scripts: dict[bytes, Any] = {}  # sha -> the compiled Lua function
         self._now = 0
@@ -110,6 +112,8 @@ class MemoryStore:
             return ReplyError("ERR empty command")
         name = bytes(args[0]).upper()
         rest = [bytes(arg) for arg in args[1:]]
+        if name in (b"EVAL", b"EVALSHA", b"SCRIPT", b"AUTH", b"SELECT"):
+            self.calls[name] = self.calls.get(name, 0) + 1
         if name in (b"EVAL", b"EVALSHA"):
             return self._eval(name, rest)
         if name == b"SCRIPT":
@@ -137,6 +141,7 @@ class MemoryStore:
     # -- commands -------------------------------------------------------------------------------
 
     def _call(self, name: bytes, args: list[bytes]) -> Reply:
+        self.calls[name] = self.calls.get(name, 0) + 1
         command = self._commands.get(name)
         if command is None:
             return ReplyError(f"ERR unknown command '{name.decode(errors='replace').lower()}'")
