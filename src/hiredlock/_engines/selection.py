@@ -43,6 +43,8 @@ def engine_class(backend: str, masters: Sequence[MasterSpec] = ()) -> type:
     memory, their own engine (backend "auto" or "memory")."""
     memory = memory_group(masters)
     if memory is not None:
+        if len({id(getattr(spec.memory, "group", None)) for spec in masters}) > 1:
+            raise ValueError("memory masters must all come from one memory_masters() group")
         if backend not in ("auto", "memory"):
             raise ValueError(
                 f"backend must be 'auto' or 'memory' for masters in memory, got {backend!r}"
