@@ -256,5 +256,6 @@ def memory_masters(
     MemoryMasters for the faults). clock: a callable giving nanoseconds (default
     time.monotonic_ns) that the masters' time and the memory engine's rounds follow; sleep: how
     a blocking round waits for a late reply (default time.sleep; with a clock of one's own, a
-    callable that moves it on)."""
+    callable that moves it on). The asyncio driver times rounds with time.monotonic_ns: an
+    AsyncRedlock needs the default clock."""
     return MemoryMasters(n, clock=clock, sleep=sleep)
