@@ -76,7 +76,9 @@ class MasterSpec:
 
     def __repr__(self) -> str:  # says whether a password is set, never which
         fields = ", ".join(
-            f"{field.name}={self._shown_field(field.name)}" for field in dataclasses.fields(self)
+            f"{field.name}={self._shown_field(field.name)}"
+            for field in dataclasses.fields(self)
+            if field.name != "memory" or self.memory is not None  # (only a memory master's)
         )
         return f"MasterSpec({fields})"
 
