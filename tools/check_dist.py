@@ -15,6 +15,7 @@ Exits non-zero with one line per problem.
 from __future__ import annotations
 
 import argparse
+import configparser
 import fnmatch
 import os
 import sys
@@ -138,7 +139,27 @@ def check_wheel(path: str, pure: bool, modules: list[str]) -> list[str]:
     for module in modules:
         if module not in names:
             problems.append(f"{base}: missing {module} (it is in the sdist)")
+    entry_points = f"{dist_info}/entry_points.txt"
+    if PYTEST_PLUGIN_ENTRY not in _entry_points(path, entry_points):
+        problems.append(
+            f"{base}: {entry_points} has no pytest11 entry point "
+            f"{PYTEST_PLUGIN_ENTRY[1]} = {PYTEST_PLUGIN_ENTRY[2]} (users' fixtures)"
+        )
     return problems
+
+
+# The pytest plugin users' tests get their fixtures from: (group, name, module)
+PYTEST_PLUGIN_ENTRY = ("pytest11", "hiredlock", "hiredlock.pytest_plugin")
+
+
+def _entry_points(path: str, member: str) -> set[tuple[str, str, str]]:
+    with zipfile.ZipFile(path) as zf:
+        if member not in zf.namelist():
+            return set()
+        parser = configparser.ConfigParser(delimiters=("=",))
+        parser.optionxform = str  # names keep their case
+        parser.read_string(zf.read(member).decode())
+    return {(group, name, value) for group in parser for name, value in parser[group].items()}
 
 
 def main() -> int:

