@@ -14,9 +14,11 @@ also run against installed wheels (pyproject's cibuildwheel test-command).
 from __future__ import annotations
 
 import math
+import uuid
 from datetime import timedelta
 
 import pytest
+import redis
 from apis import make_redlock_fixture, pytest_generate_tests  # noqa: F401  (sync and async APIs)
 from features_support import MT, leakcheck_fixture, script_calls  # noqa: F401  (the leakcheck fixture)
 from servers import Canary
@@ -197,6 +199,23 @@ BAD_MASTER_IDS = list(
 def test_bad_masters(engine, make_redlock, canary, case):
     masters = _bad_masters(canary)[case]
     _raises_naming(lambda: make_redlock(masters), "masters", canary)
+
+
+class InProcessConnection(redis.Connection):
+    """A connection class that is not redis-py's own, as an in-process fake server's client
+    (fakeredis's) has: the address in its pool is not a server hiredlock could reach."""
+
+
+def test_a_client_with_connections_of_its_own_is_refused(engine, make_redlock, canary):
+    # fakeredis names its in-process server with a random host, which no resolver knows
+    pool = redis.ConnectionPool(connection_class=InProcessConnection, host=uuid.uuid4().hex)
+    client = redis.Redis(connection_pool=pool)
+    err = _raises_naming(lambda: make_redlock([canary.url, client]), "masters[1]", canary)
+    assert isinstance(err, TypeError), repr(err)
+    message = str(err)
+    assert "InProcessConnection" in message
+    assert "hiredlock.testing.memory_masters" in message  # what to use instead
+    assert "docs/TESTING-WITH-HIREDLOCK.md" in message  # where that is explained
 
 
 @pytest.mark.parametrize(

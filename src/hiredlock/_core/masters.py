@@ -131,6 +131,7 @@ def _parse_master(item: Any, index: int) -> MasterSpec:
 def _parse_client(pool: Any, kwargs: dict[str, Any], where: str) -> MasterSpec:
     """A redis-py client's address and credentials, when they can be read without I/O."""
     connection_class = getattr(pool, "connection_class", None)
+    _check_connection_class(connection_class, where)
     classes = f"{type(pool).__name__} {getattr(connection_class, '__name__', '')}".lower()
     instead = "pass the current master's address as a URL or dict instead"
     if "sentinel" in classes:
@@ -159,6 +160,28 @@ def _parse_client(pool: Any, kwargs: dict[str, Any], where: str) -> MasterSpec:
         )
     picked = {key: kwargs.get(key) for key in _ADDRESS_KEYS if kwargs.get(key) is not None}
     return _parse_dict({**picked, **tls_options}, where)
+
+
+# Whose connection classes go to the address in their pool: redis-py's, and valkey-py's (its fork).
+_SOCKET_CLIENT_PACKAGES = frozenset({"redis", "valkey"})
+TESTING_DOCS = "docs/TESTING-WITH-HIREDLOCK.md"
+
+
+def _check_connection_class(connection_class: Any, where: str) -> None:
+    """hiredlock reads a client's address and connects there itself: a client whose connections
+    are a class of another package (fakeredis's, a server in the process) has no address to
+    reach. Refused here, before a late 'cannot resolve' from a made-up host name."""
+    module = getattr(connection_class, "__module__", None)
+    if connection_class is None or not isinstance(module, str):
+        return
+    if module.partition(".")[0] in _SOCKET_CLIENT_PACKAGES:
+        return
+    raise TypeError(
+        f"{where} is a client whose connections are {connection_class.__name__} (from {module}), "
+        "not redis-py's: hiredlock connects to its masters itself, so a server inside the "
+        "process (fakeredis) cannot be one. In tests, use hiredlock.testing.memory_masters() or "
+        f"real redis-servers (the hiredlock pytest plugin starts them): see {TESTING_DOCS}"
+    )
 
 
 def _client_tls_options(kwargs: dict[str, Any], where: str) -> dict[str, Any]:
