@@ -205,3 +205,15 @@ def test_pytest_runs_without_the_testing_extra(pytester, monkeypatch):
     result.stdout.fnmatch_lines(
         ["redis_servers needs redis (no redis here): pip install 'hiredlock[testing]'"]
     )
+
+
+def test_the_plugin_can_be_turned_off(pytester):
+    pytester.makepyfile(
+        """
+        def test_start(redis_servers):
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:hiredlock")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*fixture 'redis_servers' not found*"])
