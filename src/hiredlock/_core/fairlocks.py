@@ -20,10 +20,10 @@ The retry, deadline, unlock, renewal and cancellation logic is LockBase's.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, Optional
 
 from .._engines.contract import RoundResult
+from . import clock as _clock
 from . import judgement as _judgement
 from . import scripts as _scripts
 from .lock_steps import LockBase
@@ -70,7 +70,7 @@ class FairBase(LockBase):
     def _acquire_request(self, token: bytes) -> Request:
         if self._ticket is None:  # (the call's first attempt)
             self._ticket = new_token()
-            self._order = b"%d" % (time.time_ns() // 1000)
+            self._order = b"%d" % (_clock.time_ns() // 1000)
         return script(
             _scripts.FAIR_ACQUIRE,
             3,

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import random
 import re
-import time
 from collections.abc import Sequence
 from typing import Optional, Protocol
 
+from . import clock as _clock
 from .errors import MasterConfigError, QuorumUnreachable, Vote
 from .scripts import (
     DRIFT_CONSTANT_MS,
@@ -225,7 +225,7 @@ class Retrying:
         delay = policy.retry_delay * random.uniform(0.5, 1.5)
         if self._deadline_ns is None:
             return delay
-        remaining = (self._deadline_ns - time.monotonic_ns()) / 1e9
+        remaining = (self._deadline_ns - _clock.monotonic_ns()) / 1e9
         if remaining <= 0:
             if self._unreachable:
                 raise QuorumUnreachable(

@@ -4,10 +4,10 @@ batch's locks after an interrupt."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any, Optional
 
+from . import clock as _clock
 from . import judgement as _judgement
 from . import scripts as _scripts
 from .errors import (
@@ -52,7 +52,7 @@ def _batch_attempt(session: Session, locks: Sequence[LockBase], keys: list[bytes
     first = locks[0]  # (made with one ttl: they share its timing)
     ttl_ms, timeout_ms = first._ttl_ms, first._timeout_ms
     tokens = [new_token() for _ in locks]
-    start = time.monotonic_ns()
+    start = _clock.monotonic_ns()
     try:
         results = yield SetNx(keys, tokens, ttl_ms, timeout_ms)
     except BaseException:

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .._engines.contract import RoundResult
+from . import clock as _clock
 from . import fork as _fork
 from . import judgement as _judgement
 from . import scripts as _scripts
@@ -282,7 +282,7 @@ class LockState:
         """Seconds the lock is still guaranteed to be ours (0.0 when not held or lost)."""
         if self._token is None or self._lost or self._generation != _fork.generation:
             return 0.0
-        return max(0.0, (self._valid_until_ns - time.monotonic_ns()) / 1e9)
+        return max(0.0, (self._valid_until_ns - _clock.monotonic_ns()) / 1e9)
 
     @property
     def held(self) -> bool:

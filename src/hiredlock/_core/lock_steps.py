@@ -10,9 +10,9 @@ back.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, Optional
 
+from . import clock as _clock
 from . import fork as _fork
 from . import judgement as _judgement
 from . import scripts as _scripts
@@ -83,7 +83,7 @@ class LockBase(LockState):
             # ends the pause at once)
             seen = 0 if notices is None else notices.heard.get(channel, 0)
             token = new_token()
-            start = time.monotonic_ns()
+            start = _clock.monotonic_ns()
             try:
                 if self._fencing:
                     failed, fence = yield from self._fenced_rounds(token, start)
@@ -154,7 +154,7 @@ class LockBase(LockState):
                 wait_all=True,
             )
         )[0]
-        return self._refusal(second, time.monotonic_ns() - start), fence
+        return self._refusal(second, _clock.monotonic_ns() - start), fence
 
     def _unlock_steps(self, token: bytes) -> Steps:
         """Sends the unlock for `token` to every master after an interruption (one round, bounded
@@ -238,7 +238,7 @@ class LockBase(LockState):
         token = self._token
         if token is None:
             raise NotHeld(f"lock {self._name!r} is not held by this {self._kind} object")
-        start = time.monotonic_ns()
+        start = _clock.monotonic_ns()
         # wait_all: every master that keeps up gets the new ttl (and the EVAL after a NOSCRIPT);
         # the validity still counts from this round's start.
         result = (yield self._extend_request(token, ttl_ms, timeout_ms))[0]
@@ -271,7 +271,7 @@ class LockBase(LockState):
                 self._name,
             )
             return None
-        now = time.monotonic_ns()
+        now = _clock.monotonic_ns()
         if self._max_hold_ns is not None and now - self._acquired_at_ns >= self._max_hold_ns:
             return None
         failed = yield from self._extend_round(None, acquisition)
@@ -282,7 +282,7 @@ class LockBase(LockState):
         retry_at = _judgement.renewal_retry_ns(
             failed[0],
             self._session.quorum,
-            time.monotonic_ns(),
+            _clock.monotonic_ns(),
             self._valid_until_ns,
             self._timeout_ms,
         )
@@ -325,9 +325,9 @@ def acquire_deadline(
         wait_ms = _validation.duration_ms(timeout, "timeout")
         if wait_ms < 0:
             raise ValueError(f"timeout must be >= 0 or None, got {timeout!r}")
-        return time.monotonic_ns() + int(wait_ms * 1_000_000)
+        return _clock.monotonic_ns() + int(wait_ms * 1_000_000)
     if blocking and blocking_timeout is not None:
-        return time.monotonic_ns() + int(blocking_timeout * 1e9)
+        return _clock.monotonic_ns() + int(blocking_timeout * 1e9)
     return None
 
 

@@ -9,9 +9,9 @@ add only the waits (blocking, or awaited) around these steps.
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable, Generic, Optional, TypeVar
 
+from . import clock as _clock
 from . import fork as _fork
 from . import validation as _validation
 from .errors import NotHeld, Vote
@@ -117,14 +117,14 @@ class ReentrantBase(Generic[_L]):
         if timeout is None:
             return None
         wait_s = _validation.non_negative_seconds(timeout, "timeout")
-        return time.monotonic_ns() + int(wait_s * 1e9)
+        return _clock.monotonic_ns() + int(wait_s * 1e9)
 
     @staticmethod
     def _remaining(deadline_ns: Optional[int]) -> Optional[float]:
         """Seconds left until the deadline (the gate's wait is spent): the Lock's timeout."""
         if deadline_ns is None:
             return None
-        return max(0.0, (deadline_ns - time.monotonic_ns()) / 1e9)
+        return max(0.0, (deadline_ns - _clock.monotonic_ns()) / 1e9)
 
     def _taken(self, lock: _L, acquired: bool) -> bool:
         """After the Lock's acquire (the gate is ours): owned, or the gate goes to the next."""

@@ -5,10 +5,10 @@ permits each owner (thread or task) took with `with`."""
 from __future__ import annotations
 
 import random
-import time
 from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, TypeVar
 
 from .._engines.contract import RoundResult
+from . import clock as _clock
 from . import judgement as _judgement
 from . import scripts as _scripts
 from .compat import Unpack
@@ -129,7 +129,7 @@ def _permit_attempts(
             batch, free = free[:PERMITS_PER_ROUND], free[PERMITS_PER_ROUND:]
             keys = [_scripts.permit_key(template._name_key, i) for i in batch]
             token = new_token()
-            start = time.monotonic_ns()
+            start = _clock.monotonic_ns()
             request = script(
                 _scripts.ACQUIRE_FIRST_FREE,
                 len(keys),
