@@ -104,5 +104,4 @@ SIM_LIFETIMES ?= 1000000
 SIM_SEED ?= 0
 .PHONY: sim
 sim: install
-	$(PY) -m pip install -q "lupa>=2.0"
 	$(PY) -m sim --lifetimes $(SIM_LIFETIMES) --seed $(SIM_SEED)

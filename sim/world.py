@@ -148,7 +148,7 @@ class SimRound:
             want_values = request.want_values
             self.wait_all = request.wait_all
         self.n_items = len(commands)
-        self.votes = Votes(self.n_items, n, world.quorum, world.now, want_values)
+        self.votes = Votes(self.n_items, n, world.quorum, world.now, want_values, world.clock)
         self.answered = [0] * n
         world.at(world.now + int(request.timeout_ms * MS), self.end)
         for master in world.masters:
@@ -217,7 +217,7 @@ class World:
     def installed(self) -> Generator[None, None, None]:
         """The library reads this world's clock (and its `random` is seeded by it) meanwhile."""
         saved = _clock.monotonic_ns, _clock.time_ns, random.getstate()
-        _clock.monotonic_ns = lambda: self.now
+        _clock.monotonic_ns = self.clock
         _clock.time_ns = lambda: EPOCH_NS + self.now
         random.seed(self.rng.random())
         try:
@@ -225,6 +225,9 @@ class World:
         finally:
             _clock.monotonic_ns, _clock.time_ns = saved[0], saved[1]
             random.setstate(saved[2])
+
+    def clock(self) -> int:
+        return self.now
 
     # -- the network ------------------------------------------------------------------------------
 

@@ -16,8 +16,6 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-pytest.importorskip("lupa")
-
 from sim import campaign, variants  # noqa: E402
 from sim.checks import Violation  # noqa: E402
 
