@@ -116,4 +116,3 @@ def test_without_lupa_the_import_error_says_what_to_install():
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert "hiredlock.testing needs lupa: pip install 'hiredlock[testing]'" in out.stdout
-
