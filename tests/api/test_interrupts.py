@@ -375,3 +375,40 @@ def test_a_cancellation_is_prompt_with_a_long_master_timeout(
     # be lost to a loop that stops or blocks after the cancellation; the clean-up adds little)
     assert late < LONG_TIMEOUT + PROMPT, f"the cancellation surfaced {late:.3f} s after cancel()"
     assert not ours_left(servers, [key]), "a key of ours is left after SIGCONT"
+
+
+# -- an interrupted release of a fair lock ---------------------------------------------------------
+
+
+def _interrupted_before_its_first_round(steps):
+    """Steps whose first request is interrupted before it went out (the exception thrown at that
+    request, as both drivers do), then driven as they go on."""
+    steps.send(None)
+    request = steps.throw(KeyboardInterrupt())
+    while True:
+        reply = yield request
+        request = steps.send(reply)
+
+
+@pytest.mark.parametrize("where", ["in the steps", "before the steps"])
+def test_an_interrupted_release_of_a_fair_lock_takes_its_ticket_out_of_the_queue(
+    engine, make_redlock, masters5, key, where
+):
+    """The holder's ticket stays first in the fair queue while it holds the lock. A release
+    interrupted before its round went out (in its steps, or in release() before they ran) sends
+    the unlock instead: it must take the ticket out of the queue too, else the next waiter is
+    refused until the holder's ttl ran out, with nobody holding the lock."""
+    servers = masters5[:3]
+    rl = make_redlock(urls(servers))
+    lock = rl.lock(key, TTL, fair=True)
+    assert lock.acquire(blocking=False)
+    if where == "in the steps":
+        steps = _interrupted_before_its_first_round(lock._release_steps())
+        with pytest.raises(KeyboardInterrupt):
+            lock._rounds.run(steps)
+    else:
+        token = lock._token
+        lock._rounds.run(lock._unlock_steps(token))  # (release()'s own fallback)
+    assert not lock.held
+    assert not ours_left(servers, [key])
+    assert make_redlock(urls(servers)).lock(key, TTL, fair=True).acquire(blocking=False)

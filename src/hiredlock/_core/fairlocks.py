@@ -89,7 +89,11 @@ class FairBase(LockBase):
     def _unlock_request(self, token: bytes, kind: type, expiry: bool = False) -> Request:
         """After a failed attempt (kind RunScript), the ticket gets back its place for the window
         where the attempt took the lock (FAIR_UNDO). After an interrupted one (Cleanup), a
-        lock's unlock: the call leaves the queue next (_acquire_steps)."""
+        lock's unlock: the call leaves the queue next (_acquire_steps). After an interrupted
+        release (Cleanup, no call's ticket: the holder's), the release itself: the holder's
+        ticket leaves the queue with the key, else it would hold the next waiter back."""
+        if kind is Cleanup and self._ticket is None and self._held_ticket:
+            return self._release_request(token, Cleanup)
         if kind is not RunScript or self._ticket is None:
             return LockBase._unlock_request(self, token, kind, expiry)
         return script(
@@ -109,9 +113,11 @@ class FairBase(LockBase):
         free_in = LockBase._free_in(self, unlocked)
         return free_in if free_in else None
 
-    def _release_request(self, token: bytes) -> Request:
+    def _release_request(
+        self, token: bytes, kind: type[RunScript | Cleanup] = RunScript
+    ) -> Request:
         argv = (self._key, *self._queue, token, self._held_ticket)
-        return script(_scripts.FAIR_RELEASE, 3, (argv,), self._timeout_ms, True)
+        return script(_scripts.FAIR_RELEASE, 3, (argv,), self._timeout_ms, True, kind=kind)
 
     def _leave_steps(self) -> Steps:
         """Takes this call's ticket out of every master's queue (best effort, as an unlock)."""
