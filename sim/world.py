@@ -9,10 +9,10 @@ replays exactly.
 A round (SetNx, RunScript, Cleanup) is the engines' round in miniature: every command goes to
 every master as a message with its own delay (or is lost); a master runs it on its MemoryStore at
 the time it arrives, on its own clock, and the reply travels back with its own delay (or is lost).
-The votes are counted by the engines' own `Votes` (reply -> vote, decided when, SKIPPED and
-TIMEOUT at the end). The stop rules are those of _engines/contract.py reduced to what has no
-connection: a round ends when every key is decided and, for wait_all, every master answered, or
-at its deadline (start + timeout_ms); replies after its end are dropped. A script goes as EVALSHA,
+The round is the memory engine's (hiredlock.testing._engine.MemoryRound, on this world's clock):
+its votes are the engines' own `Votes` (reply -> vote, decided when, SKIPPED and TIMEOUT at the
+end), and its stop rules are _engines/contract.py's as they apply where there are no connections
+(said once, in that module's doc); replies after its end are dropped. A script goes as EVALSHA,
 and as EVAL at once where the master says NOSCRIPT (an engine's resend, without its round trip).
 Messages between one driver and one master keep their order (one connection each, as an engine
 has); the owner's steps and a renewal are two drivers (a renewal runs on an engine of its own).
@@ -23,7 +23,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Generator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, Optional
 
 from hiredlock._core import clock as _clock
@@ -31,6 +31,7 @@ from hiredlock._core.requests import Pause, SetNx
 from hiredlock._engines.master import KIND_SCRIPT, KIND_SET
 from hiredlock._engines.resp import ReplyError
 from hiredlock._engines.round import Votes
+from hiredlock.testing._engine import MemoryRound
 from hiredlock.testing._store import MemoryStore
 
 MS = 1_000_000
@@ -120,9 +121,11 @@ class Link:
 
 
 class SimRound:
-    """One round of a request on every master (see the module doc)."""
+    """One round of a request on every master (see the module doc): its messages on the world's
+    network, counted and stopped by the memory engine's round (MemoryRound: the contract's stop
+    rules as they apply where there are no connections), on the world's clock."""
 
-    __slots__ = ("answered", "done", "n_items", "on_end", "votes", "wait_all", "world")
+    __slots__ = ("done", "on_end", "round", "world")
 
     def __init__(
         self, world: World, link: Link, request: Any, on_end: Callable[[Any], None]
@@ -138,7 +141,7 @@ class SimRound:
                 for key, token in zip(request.keys, request.tokens)
             ]
             want_values = False
-            self.wait_all = False
+            wait_all = False
             source = None
         else:
             kind = KIND_SCRIPT
@@ -146,33 +149,38 @@ class SimRound:
             source = request.source
             commands = [head + list(argv) for argv in request.argvs]
             want_values = request.want_values
-            self.wait_all = request.wait_all
-        self.n_items = len(commands)
-        self.votes = Votes(self.n_items, n, world.quorum, world.now, want_values, world.clock)
-        self.answered = [0] * n
-        world.at(world.now + int(request.timeout_ms * MS), self.end)
+            wait_all = request.wait_all
+        votes = Votes(len(commands), n, world.quorum, world.now, want_values, world.clock)
+        deadline = world.now + int(request.timeout_ms * MS)
+        self.round = rnd = MemoryRound(world, kind, votes, deadline, wait_all)
+        rnd.owed = [len(commands)] * n
+        world.at(deadline, self._at_deadline)
         for master in world.masters:
             for item, command in enumerate(commands):
-                link.send(master, command, source, self._on_reply(master.index, item, kind))
+                link.send(master, command, source, self._on_reply(master.index, item))
 
-    def _on_reply(self, master: int, item: int, kind: int) -> Callable[[Any], None]:
+    def _on_reply(self, master: int, item: int) -> Callable[[Any], None]:
         def on_reply(reply: Any) -> None:
             if self.done:
                 return
-            self.votes.count(item, master, kind, reply)
-            self.answered[master] += 1
-            if self.votes.undecided == 0 and (
-                not self.wait_all or all(a == self.n_items for a in self.answered)
-            ):
+            self.round.reply(item, master, reply, 0)
+            if self.round.finished():
                 self.end()
 
         return on_reply
+
+    def _at_deadline(self) -> None:
+        if not self.done:
+            self.round.on_deadline(self.world.now)
+            self.end()
 
     def end(self) -> None:
         if self.done:
             return
         self.done = True
-        self.on_end(self.votes.results(self.world.now))
+        rnd = self.round
+        rnd.end()
+        self.on_end(rnd.votes.results(rnd.ended_ns))
 
 
 class World:
@@ -189,6 +197,7 @@ class World:
         self.slow = 0.0  # probability that a message is slow (up to `slow_ms`)
         self.slow_ms = 0.0
         self.masters = [Master(self, i, 1.0) for i in range(n_masters)]
+        self.lock = nullcontext()  # (as a MemoryMasters group's, for MemoryRound: one thread)
         self.quorum = n_masters // 2 + 1
         self.checks: list[Callable[[], None]] = []  # run after every event
         self.live: set[Generator[Any, Any, Any]] = set()  # the steps being driven
