@@ -78,7 +78,7 @@ def test_a_master_given_twice_is_refused():
         (lambda: memory_masters(3).stop(3), IndexError, "index 3 is out of range"),
         (lambda: memory_masters(3).kill("0"), TypeError, "index must be an int"),
         (lambda: memory_masters(3).delay(0, -1), ValueError, "seconds must be >= 0"),
-        (lambda: memory_masters(3).delay(0, float("nan")), ValueError, "seconds must be >= 0"),
+        (lambda: memory_masters(3).delay(0, float("nan")), ValueError, "seconds must be finite"),
         (lambda: memory_masters(3).advance("1"), TypeError, "seconds must be a number"),
     ],
 )

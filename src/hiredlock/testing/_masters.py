@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any, Callable, Optional
 
+from .._core.validation import non_negative_seconds
 from .._engines.resp import ReplyError
 from ._store import MemoryStore, Reply
 
@@ -202,14 +203,14 @@ class MemoryMasters:
     def delay(self, index: int, seconds: float) -> None:
         """Master `index`'s replies come `seconds` late from now on (0: on time again). The
         commands run when they are sent; their replies are late, as on a slow network."""
-        seconds = _seconds(seconds, "seconds")
+        seconds = non_negative_seconds(seconds, "seconds")
         with self.lock:
             self[index].delay_ns = int(seconds * 1e9)
 
     def advance(self, seconds: float) -> None:
         """Moves the masters' clock on by `seconds`: keys expire as if that time had passed
         (the clients' clock does not move: a lock's validity is the client's to judge)."""
-        seconds = _seconds(seconds, "seconds")
+        seconds = non_negative_seconds(seconds, "seconds")
         with self.lock:
             self._advanced_ms += int(seconds * 1000)
 
@@ -236,14 +237,6 @@ class MemoryMasters:
         if not -len(self._masters) <= index < len(self._masters):
             raise IndexError(f"index {index} is out of range for {len(self._masters)} masters")
         return index % len(self._masters)
-
-
-def _seconds(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
-    if not value >= 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-    return float(value)
 
 
 def memory_masters(
