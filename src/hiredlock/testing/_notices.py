@@ -11,110 +11,104 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:
     from .._core.session import Session
     from ._masters import MemoryMasters
 
 
-class ThreadMemoryNotices:
-    """A blocking client's: wait() blocks the calling thread until a notice or the timeout."""
+class _MemoryNotices:
+    """What both kinds share: the notices heard per channel, and the waiters on each channel (a
+    waiter is woken with `_wake(waiter, True)` on a notice, `_wake(waiter, False)` on close())."""
 
     def __init__(self, group: MemoryMasters, session: Session) -> None:
         self._session = session
         self._mutex = threading.Lock()
         self.heard: dict[bytes, int] = {}
-        self._waiters: dict[bytes, set[threading.Event]] = {}
-        group.listen(self)
-
-    def notice(self, channel: bytes) -> None:
-        with self._mutex:
-            self.heard[channel] = self.heard.get(channel, 0) + 1
-            for event in self._waiters.get(channel, ()):
-                event.set()
-
-    def waiting(self, channel: bytes) -> bool:
-        return bool(self._waiters.get(channel))
-
-    def wait(self, channel: bytes, timeout: float, seen: int = 0) -> bool:
-        """True when woken by a notice on `channel` (or when it had more than `seen` notices
-        already), False at the timeout."""
-        event = threading.Event()
-        with self._mutex:
-            if self._session.closed:
-                return False
-            if self.heard.get(channel, 0) != seen:
-                return True
-            self._waiters.setdefault(channel, set()).add(event)
-        try:
-            return event.wait(timeout)
-        finally:
-            with self._mutex:
-                waiting = self._waiters.get(channel)
-                if waiting is not None:
-                    waiting.discard(event)
-                    if not waiting:
-                        del self._waiters[channel]
-
-    def close(self) -> None:
-        """Ends the waits (they return at once)."""
-        with self._mutex:
-            for waiting in self._waiters.values():
-                for event in waiting:
-                    event.set()
-
-
-class LoopMemoryNotices:
-    """An asyncio client's: wait() awaits a notice or the timeout. A notice may come from any
-    thread (another client of the same masters): it wakes the waiter on its loop."""
-
-    def __init__(self, group: MemoryMasters, session: Session) -> None:
-        self._session = session
-        self._mutex = threading.Lock()
-        self.heard: dict[bytes, int] = {}
-        self._waiters: dict[bytes, set[asyncio.Future[bool]]] = {}
+        self._waiters: dict[bytes, set[Any]] = {}
         group.listen(self)
 
     def notice(self, channel: bytes) -> None:
         with self._mutex:
             self.heard[channel] = self.heard.get(channel, 0) + 1
             waiting = list(self._waiters.get(channel, ()))
-        for future in waiting:
-            _settle_soon(future, True)
+        for waiter in waiting:
+            self._wake(waiter, True)
 
     def waiting(self, channel: bytes) -> bool:
         return bool(self._waiters.get(channel))
+
+    def close(self) -> None:
+        """Ends the waits (they return at once)."""
+        with self._mutex:
+            waiting = [waiter for waiters in self._waiters.values() for waiter in waiters]
+        for waiter in waiting:
+            self._wake(waiter, False)
+
+    def _wake(self, waiter: Any, notified: bool) -> None:
+        raise NotImplementedError
+
+    def _enter(self, channel: bytes, seen: int, waiter: Any) -> Optional[bool]:
+        """Registers `waiter` on `channel`; or the wait's answer at once: False when the client
+        is closed, True when the channel had a notice since `seen`."""
+        with self._mutex:
+            if self._session.closed:
+                return False
+            if self.heard.get(channel, 0) != seen:
+                return True
+            self._waiters.setdefault(channel, set()).add(waiter)
+        return None
+
+    def _leave(self, channel: bytes, waiter: Any) -> None:
+        with self._mutex:
+            waiting = self._waiters.get(channel)
+            if waiting is not None:
+                waiting.discard(waiter)
+                if not waiting:
+                    del self._waiters[channel]
+
+
+class ThreadMemoryNotices(_MemoryNotices):
+    """A blocking client's: wait() blocks the calling thread until a notice or the timeout."""
+
+    def wait(self, channel: bytes, timeout: float, seen: int = 0) -> bool:
+        """True when woken by a notice on `channel` (or when it had more than `seen` notices
+        already), False at the timeout."""
+        event = threading.Event()
+        answer = self._enter(channel, seen, event)
+        if answer is not None:
+            return answer
+        try:
+            return event.wait(timeout)
+        finally:
+            self._leave(channel, event)
+
+    def _wake(self, waiter: Any, notified: bool) -> None:
+        waiter.set()  # (after close() too: its waits return at once)
+
+
+class LoopMemoryNotices(_MemoryNotices):
+    """An asyncio client's: wait() awaits a notice or the timeout. A notice may come from any
+    thread (another client of the same masters): it wakes the waiter on its loop."""
 
     async def wait(self, channel: bytes, timeout: float, seen: int = 0) -> bool:
         """True when woken by a notice on `channel` (or when it had more than `seen` notices
         already), False at the timeout (or when the client is closed meanwhile)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
-        with self._mutex:
-            if self._session.closed:
-                return False
-            if self.heard.get(channel, 0) != seen:
-                return True
-            self._waiters.setdefault(channel, set()).add(future)
+        answer = self._enter(channel, seen, future)
+        if answer is not None:
+            return answer
         timer = loop.call_later(timeout, _settle, future, False)
         try:
             return await future
         finally:
             timer.cancel()
-            with self._mutex:
-                waiting = self._waiters.get(channel)
-                if waiting is not None:
-                    waiting.discard(future)
-                    if not waiting:
-                        del self._waiters[channel]
+            self._leave(channel, future)
 
-    def close(self) -> None:
-        """Ends the waits (they return False at once)."""
-        with self._mutex:
-            waiting = [future for futures in self._waiters.values() for future in futures]
-        for future in waiting:
-            _settle_soon(future, False)
+    def _wake(self, waiter: Any, notified: bool) -> None:
+        _settle_soon(waiter, notified)
 
 
 def _settle(future: asyncio.Future[bool], value: bool) -> None:
