@@ -32,6 +32,8 @@ WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 _NOT_INTEGER = "ERR value is not an integer or out of range"
 _NOT_FLOAT = "ERR min or max is not a float"
 _SYNTAX = "ERR syntax error"
+# The commands execute() runs itself, not through the command table: a script may not call them.
+_NOT_FROM_SCRIPTS = frozenset((b"EVAL", b"EVALSHA", b"SCRIPT", b"AUTH", b"SELECT"))
 
 # Inside a script: redis.call raises the error reply as a Lua error (a table, so that the
 # script's error reply is the command's own); redis.pcall returns it as {err=...}.
@@ -112,7 +114,7 @@ class MemoryStore:
             return ReplyError("ERR empty command")
         name = bytes(args[0]).upper()
         rest = [bytes(arg) for arg in args[1:]]
-        if name in (b"EVAL", b"EVALSHA", b"SCRIPT", b"AUTH", b"SELECT"):
+        if name in _NOT_FROM_SCRIPTS:
             self.calls[name] = self.calls.get(name, 0) + 1
         if name in (b"EVAL", b"EVALSHA"):
             return self._eval(name, rest)
@@ -445,7 +447,7 @@ class MemoryStore:
         name = words[0].upper()
         if name == b"__SHA1HEX":
             return hashlib.sha1(words[1]).hexdigest().encode()
-        if name in (b"EVAL", b"EVALSHA", b"SCRIPT", b"AUTH", b"SELECT"):
+        if name in _NOT_FROM_SCRIPTS:
             return self._lua.table_from(
                 {b"err": b"ERR This Redis command is not allowed from script"}
             )
