@@ -41,16 +41,19 @@ def quorum_of_half() -> None:
 
 
 def no_unlock_after_failure() -> None:
-    """A failed attempt does not unlock the masters it took (its unlock round does nothing)."""
-    unlock = lock_state.LockState._unlock_request
+    """A failed attempt does not unlock the masters it took (its unlock round does nothing);
+    the clean-up after an interruption is each kind's own."""
+    for owner in (lock_state.LockState, FairBase):
+        unlock = owner._unlock_request
 
-    def _unlock_request(self: Any, token: bytes, kind: type, expiry: bool = False) -> Any:
-        if kind is not RunScript:
-            return unlock(self, token, kind, expiry)
-        return script(scripts.PING, 1, ((self._key, b""),), self._timeout_ms, True, True)
+        def _unlock_request(
+            self: Any, token: bytes, kind: type, expiry: bool = False, unlock: Any = unlock
+        ) -> Any:
+            if kind is not RunScript:
+                return unlock(self, token, kind, expiry)
+            return script(scripts.PING, 1, ((self._key, b""),), self._timeout_ms, True, True)
 
-    _patch(lock_state.LockState, "_unlock_request", _unlock_request)
-    _patch(FairBase, "_unlock_request", _unlock_request)
+        _patch(owner, "_unlock_request", _unlock_request)
 
 
 _EXTEND_CREATING = scripts._script(
