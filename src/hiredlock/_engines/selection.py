@@ -43,13 +43,12 @@ def engine_class(backend: str, masters: Sequence[MasterSpec] = ()) -> type:
     memory, their own engine (backend "auto" or "memory")."""
     memory = memory_group(masters)
     if memory is not None:
-        if len({id(getattr(spec.memory, "group", None)) for spec in masters}) > 1:
-            raise ValueError("memory masters must all come from one memory_masters() group")
+        engine = memory.engine_for(masters)  # (their engine checks they make one group)
         if backend not in ("auto", "memory"):
             raise ValueError(
                 f"backend must be 'auto' or 'memory' for masters in memory, got {backend!r}"
             )
-        return memory.engine_class  # type: ignore[no-any-return]
+        return engine  # type: ignore[no-any-return]
     if backend == "memory":
         raise ValueError(
             "backend 'memory' is for masters in memory (hiredlock.testing.memory_masters)"

@@ -127,21 +127,27 @@ class MemoryRound:
         self.votes.count(key, master, self.kind, reply)
 
 
+def one_group(masters: Sequence[MasterSpec]) -> list[MemoryMaster]:
+    """The memory masters the specs name: TypeError where one is not a memory master,
+    ValueError when they come from more than one memory_masters() group."""
+    found: list[MemoryMaster] = []
+    for index, spec in enumerate(masters):
+        memory = spec.memory
+        if not isinstance(memory, MemoryMaster):
+            raise TypeError(f"masters[{index}] is not a memory master ({spec})")
+        found.append(memory)
+    if len({id(master.group) for master in found}) > 1:
+        raise ValueError("memory masters must all come from one memory_masters() group")
+    return found
+
+
 class MemoryEngine:
     """The engine contract (contract.py's Engine) on the masters of one MemoryMasters group."""
 
     name = "memory"
 
     def __init__(self, masters: Sequence[MasterSpec], quorum: Optional[int] = None) -> None:
-        found: list[MemoryMaster] = []
-        for index, spec in enumerate(masters):
-            memory = spec.memory
-            if not isinstance(memory, MemoryMaster):
-                raise TypeError(f"masters[{index}] is not a memory master ({spec})")
-            found.append(memory)
-        groups = {id(master.group) for master in found}
-        if len(groups) > 1:
-            raise ValueError("memory masters must all come from one memory_masters() group")
+        found = one_group(masters)
         self._masters = found
         self._group = found[0].group if found else None
         self._quorum = quorum if quorum is not None else _quorum_of(len(found))

@@ -44,10 +44,12 @@ class MemoryMaster:
         self.delay_ns = 0
         self.backlog: list[Sent] = []
 
-    @property
-    def engine_class(self) -> type:
-        from ._engine import MemoryEngine
+    def engine_for(self, masters: Sequence[Any]) -> type:
+        """The engine class of a client of these masters (their MasterSpecs), once they are
+        checked to be memory masters of one group."""
+        from ._engine import MemoryEngine, one_group
 
+        one_group(masters)
         return MemoryEngine
 
     def notices(self, session: Any, asynchronous: bool) -> Any:
