@@ -78,3 +78,18 @@ B5 = "library bug B5 (fixed): a shorter-window client's attempt shortened the fa
 # attempt of the head voted TIMEOUT, TIMEOUT, OK, TAKEN, TAKEN).  Pinned by
 # tests/faults/test_fairlock.py::test_a_minority_win_keeps_the_waiters_place.
 B6 = "library bug B6 (fixed): a fair attempt that won a minority dropped its ticket there"
+
+
+# B7 (OPEN): semaphore under a stopped minority (2 of 5 masters SIGSTOPped, so every acquire needs
+# all three live masters).  Contenders racing for the same free permit take it on different live
+# masters (ACQUIRE_FIRST_FREE takes the first free permit in each master's own arrival order),
+# every such attempt fails with votes like TIMEOUT, TIMEOUT, OK, TAKEN, TAKEN, and its unlock
+# announces a release that wakes the other waiters at once, so the split repeats; a few calls of
+# 120 reach their 2 s timeout (95-98% succeed).  Safety holds: occupancy never above the permits, no
+# key left.  Seen in 2 of 4 full runs on a 2-vCPU VM (one of them idle) and in 2 of 32 isolated
+# runs of the sync scenario.  The fair lock had the same vote pattern (B6, fixed by keeping the
+# waiter's place); a semaphore needs its own remedy (e.g. no release notice from the unlock of a
+# failed attempt, or a per-attempt permit order shared by the contenders).  Until then its
+# sigstop scenario xfails on the contended success rate only (faults/test_semaphore.py).
+B7 = "library bug B7 (open): semaphore contenders split a free permit across the live masters"
+B7_EXPLAINS = {"contended_rate"}

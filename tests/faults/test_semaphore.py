@@ -30,6 +30,7 @@ from faults.kinds import (
     fault_id,
     minority_scenario,
 )
+from faults.known_bugs import B7, B7_EXPLAINS
 from faults.oracles import leak_scan
 
 pytest_plugins = ["faults.plugin"]
@@ -53,7 +54,8 @@ def test_semaphore_minority_fault(engine, lab, fault):
     with scn:
         scn.uncontended(UNCONTENDED)
         scn.contended(CONTENDED)
-    scn.check_tier1_minority()
+    split = fault is not None and fault.kind == "sigstop"  # (known_bugs.B7, open)
+    scn.check_tier1_minority(known_bug=(B7, B7_EXPLAINS) if split else None)
     scn.expect(
         scn.occupancy_max <= PERMITS, f"occupancy {scn.occupancy_max} above {PERMITS} permits"
     )
