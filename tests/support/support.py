@@ -85,6 +85,24 @@ def assert_values(servers, key, expected, msg="", timeout=EVENTUAL):
         time.sleep(0.002)
 
 
+def assert_held_on_quorum(servers, key, token, msg="", timeout=EVENTUAL):
+    """`token` on a quorum of the servers and no other value on the rest (str tokens are compared
+    as ascii bytes). A waiter that tries again the moment one master announces a release can reach
+    another master before the release does: that master says TAKEN, the lock is held on the others
+    (as Redlock allows), and the release leaves that master empty."""
+    if isinstance(token, str):
+        token = token.encode()
+    quorum = len(servers) // 2 + 1
+    deadline = time.monotonic() + timeout
+    while True:
+        vals = values(servers, key)
+        if vals.count(token) >= quorum and all(v in (None, token) for v in vals):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"key {key!r}: expected {token!r} on a quorum {msg}, got {vals}")
+        time.sleep(0.002)
+
+
 def assert_pttl_between(servers, key, lo, hi, msg="", timeout=EVENTUAL):
     deadline = time.monotonic() + timeout
     while True:
