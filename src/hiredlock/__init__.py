@@ -18,6 +18,7 @@ from ._core.errors import (
     TooManyExtensions,
     Vote,
 )
+from ._core.events import Event, EventKind
 from ._core.masters import MasterSpec
 from ._core.scripts import MAX_TTL_MS, Outcome
 from ._engines.selection import available_backends
@@ -37,6 +38,8 @@ __all__ = [
     "MAX_TTL",
     "AlreadyAcquired",
     "EngineUnavailable",
+    "Event",
+    "EventKind",
     "FairLock",
     "HiredlockError",
     "KeyState",

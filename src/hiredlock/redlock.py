@@ -58,6 +58,10 @@ class Redlock(ClientBase):
     wake:           waiters are woken when the lock they wait for is released (a notice from
                     the masters, see README "Waiting") instead of only by the retry_delay timer;
                     False: the timer only. Each lock may say otherwise (lock(..., wake=)).
+    on_event:       a plain function called with a hiredlock.Event for each thing a lock of this
+                    client did (acquired, acquire_failed, released, extended, renewed,
+                    renewal_retried, lost, degraded), in the thread that did it: it must not
+                    block. One that raises is logged once and never breaks a lock.
 
     Every duration, here and in lock(), acquire() and extend(), is at most hiredlock.MAX_TTL
     (2**31 - 1 ms, about 24.8 days): a longer one is refused with ValueError when it is given.

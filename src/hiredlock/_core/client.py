@@ -9,6 +9,7 @@ from typing import Any, Callable, ClassVar, Optional, TypeVar, Union
 
 from . import scripts as _scripts
 from . import validation as _validation
+from .events import Observer, observers_for
 from .flavour import Flavour
 from .masters import MasterLike, MasterSpec, parse_masters
 from .session import Session
@@ -36,7 +37,9 @@ class ClientBase:
         master_timeout: Optional[Duration] = None,
         backend: str = "auto",
         wake: bool = True,
+        on_event: Optional[Observer] = None,
     ) -> None:
+        observers = observers_for(on_event)
         specs = parse_masters(masters)
         self._session = session = Session(
             specs,
@@ -45,6 +48,7 @@ class ClientBase:
             drift_factor=drift_factor,
             master_timeout=master_timeout,
             engine_class=self._flavour.engine_class(backend, specs),
+            observers=observers,
         )
         session.label = hex(id(self))
         session.wake = _validation.flag(wake, "wake")

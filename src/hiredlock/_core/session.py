@@ -18,6 +18,7 @@ from . import masters as _masters
 from . import scripts as _scripts
 from . import validation as _validation
 from .errors import HiredlockError, Vote
+from .events import Observer, Teller
 from .masters import MasterLike, MasterSpec
 from .scripts import Outcome
 from .validation import Duration
@@ -43,6 +44,7 @@ class Session:
         drift_factor: float,
         master_timeout: Optional[Duration],
         engine_class: Any,
+        observers: tuple[Observer, ...] = (),
     ) -> None:
         self.engine_class: Any = engine_class  # the owner's choice (hiredlock._engines.selection)
         self.backend: str = self.engine_class.name
@@ -59,6 +61,9 @@ class Session:
             if master_timeout is None
             else _validation.positive_duration_ms(master_timeout, "master_timeout")
         )
+        # What tells the client's observers (see _core/events.py); None when nobody listens, so
+        # that the steps build no Event then.
+        self.tell: Optional[Teller] = Teller(observers) if observers else None
         self.label = hex(id(self))  # names the watchdog thread; the owner may set its own
         # Made by the client's flavour (see _core/flavour.py): what runs the rounds (run(steps,
         # pin=None)), what wakes waiters on a release (see _engines/notices.py), what renews the
