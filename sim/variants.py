@@ -24,8 +24,8 @@ def validity_without_elapsed() -> None:
     """The validity counted from the end of the winning round, not from before its first write."""
     took = lock_state.LockState._took
 
-    def _took(self: Any, token: bytes, start: int, fence: Optional[int]) -> bool:
-        return took(self, token, _clock.monotonic_ns(), fence)
+    def _took(self: Any, token: bytes, start: int, fence: Optional[int], *rest: Any) -> bool:
+        return took(self, token, _clock.monotonic_ns(), fence, *rest)
 
     _patch(lock_state.LockState, "_took", _took)
 

@@ -20,6 +20,7 @@ from ._core.errors import (
 )
 from ._core.events import Event, EventKind
 from ._core.masters import MasterSpec
+from ._core.observe import LockStats
 from ._core.scripts import MAX_TTL_MS, Outcome
 from ._engines.selection import available_backends
 from .fairlock import FairLock
@@ -46,6 +47,7 @@ __all__ = [
     "Lock",
     "LockLost",
     "LockNotAcquired",
+    "LockStats",
     "MasterConfigError",
     "MasterSpec",
     "NotHeld",

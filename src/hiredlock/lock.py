@@ -4,7 +4,6 @@ hiredlock.aio.AsyncLock)."""
 
 from __future__ import annotations
 
-import logging
 import threading
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -18,8 +17,6 @@ from ._core.with_blocks import release_failed_on_exit
 from ._sync.gate import ThreadGate
 
 __all__ = ["Lock", "WithStatement", "new_token"]
-
-_log = logging.getLogger("hiredlock")
 
 
 class WithStatement:

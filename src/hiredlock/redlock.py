@@ -31,7 +31,7 @@ __all__ = ["KeyState", "Redlock"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
-_log = logging.getLogger("hiredlock")
+_log = logging.getLogger("hiredlock.close")
 
 # How long close() waits for the acquires under way in other threads to end (each ends within a
 # round or two, bounded by the master timeout); past that it goes on closing.

@@ -3,7 +3,6 @@ masters; each permit is a Lock on a key of its own (see _core/semaphores.py)."""
 
 from __future__ import annotations
 
-import logging
 import threading
 from typing import Any, Optional
 
@@ -15,8 +14,6 @@ from ._core.with_blocks import release_failed_on_exit
 from .lock import Lock
 
 __all__ = ["Permit", "Semaphore"]
-
-_log = logging.getLogger("hiredlock")
 
 
 class Permit(PermitBase, Lock):

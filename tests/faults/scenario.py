@@ -138,6 +138,7 @@ class Scenario:
     roles: tuple = ("r", "r", "w")  # kind "rwlock": contender j's role is roles[j % len(roles)]
     gap_ms: float = FAIR_GAP_MS  # kind "fair": the contended calls' spacing (RequestGate)
     scan_leaks: bool = True  # False: the caller scans (several scenarios on the same masters)
+    n_masters: int | None = None  # the clients' masters: the lab's first n (None: all of them)
 
     def __post_init__(self):
         if self.limit is None:
@@ -166,6 +167,7 @@ class Scenario:
         self.elapsed = 0.0
         self.redlocks = []
         self.loop_thread = None  # the event loop of the async API's clients (api "async")
+        self.events: list = []  # what the uncontended client's on_event was told
 
     # -- set-up -----------------------------------------------------------------------------
     @property
@@ -177,7 +179,8 @@ class Scenario:
 
     @property
     def urls(self) -> list[str]:
-        return self.lab.masters.urls(self.via)
+        idx = None if self.n_masters is None else range(self.n_masters)
+        return self.lab.masters.urls(self.via, idx)
 
     def redlock(self, **kw):
         """A client of the scenario's masters on the lab's API (with Redlock's shape)."""
@@ -237,7 +240,10 @@ class Scenario:
         # (read-write and fair locks' clients wait with the contended ones' retry delay: their
         # marks and queues last one window of it)
         windowed = rw or self.kind == "fair"
-        rl = rl or (self.redlock(retry_delay=RETRY_DELAY) if windowed else self.redlock())
+        told = {"on_event": self.events.append}
+        rl = rl or (
+            self.redlock(retry_delay=RETRY_DELAY, **told) if windowed else self.redlock(**told)
+        )
         judge_name = self.name + ":u"
         judge = (RWJudge if rw else Judge)(self.lab.judge_url, judge_name)
         self.judges.append(judge_name)
@@ -621,6 +627,30 @@ class Scenario:
                     )
                 )
         return problems
+
+    def degraded(self) -> list:
+        """The degraded events the uncontended client was told."""
+        return [event for event in self.events if event.kind == "degraded"]
+
+    def check_degraded(self) -> None:
+        """Some round of the uncontended client counted while a faulted master failed, and each
+        degraded event names faulted masters only (votes are in the masters' order) as failed, or
+        as not waited for in a round that waits for every master."""
+        from hiredlock import Outcome
+
+        degraded = self.degraded()
+        self.expect(bool(degraded), "no degraded event while a minority was faulted")
+        for event in degraded:
+            bad = {
+                i
+                for i, vote in enumerate(event.votes)
+                if vote.outcome not in (Outcome.OK, Outcome.TAKEN)
+                and (vote.outcome is not Outcome.SKIPPED or event.operation != "acquire")
+            }
+            self.expect(
+                bool(bad) and bad <= set(self.faulted),
+                f"a degraded event names masters that were not faulted: {event}",
+            )
 
     def check_tier1_minority(
         self, min_rate: float = 0.99, known_bug: tuple[str, set] | None = None

@@ -28,3 +28,32 @@ def test_minority_fault(engine, lab, fault):
         scn.uncontended(UNCONTENDED)
         scn.contended(CONTENDED)
     scn.check_tier1_minority(known_bug=known)
+    if fault.kind in DEGRADING:
+        scn.check_degraded()
+
+
+# The faults whose masters fail rounds that count, for certain: they fail at once (kill), or never
+# answer (sigstop, drop_replies), so every release (which waits for every master) times out on
+# them or finds them lagging. (A slow master may answer within the per-master timeout: latency.)
+DEGRADING = ("kill", "sigstop", "drop_replies")
+
+
+@pytest.mark.parametrize("fault", [f for f in TIER1_FAULTS if f.kind in DEGRADING], ids=str)
+def test_one_master_faulted_of_three_is_degraded(engine, lab, fault):
+    """The smallest majority: one master faulted of three, each round counts on the other two."""
+    scn = Scenario(f"minority {fault} on 1/3", engine, lab, fault=fault, faulted=[0], n_masters=3)
+    with scn:
+        scn.uncontended(UNCONTENDED // 4)
+    scn.check_safety()
+    scn.check_degraded()
+
+
+def test_a_healthy_run_is_never_degraded(engine, lab):
+    # (a per-master timeout that no stall of a loaded machine reaches: a master that misses the
+    # scenario's 50 ms has failed, and that round would rightly be degraded)
+    scn = Scenario("healthy run", engine, lab, master_timeout=0.3)
+    with scn:
+        scn.uncontended(UNCONTENDED)
+    scn.check_safety()
+    assert scn.unc["ok"] == UNCONTENDED
+    assert scn.events and scn.degraded() == [], scn.degraded()

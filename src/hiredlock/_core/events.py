@@ -6,8 +6,8 @@ hiredlock.otel.instrument() uses). Each is called with the Event, in the thread 
 that did the thing: it must not block. One that raises is logged once (per observer and client)
 and never breaks a lock.
 
-With no observer, a client pays one attribute test per call (`session.observers` is an empty
-tuple): the steps build an Event only when someone listens.
+With no observer, a lock pays one test per round (see Session.quiet_acquire: a healthy round's
+votes, tested in C) and the steps build no Event; _core/observe.py has what they tell, and how.
 """
 
 from __future__ import annotations

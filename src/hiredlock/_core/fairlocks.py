@@ -31,7 +31,7 @@ from .requests import Cleanup, Request, RunScript, Steps, script
 from .tokens import new_token
 from .validation import Duration
 
-_log = logging.getLogger("hiredlock")
+_log = logging.getLogger("hiredlock.lock")
 
 
 class FairBase(LockBase):
@@ -39,6 +39,7 @@ class FairBase(LockBase):
 
     __slots__ = ("_held_ticket", "_order", "_queue", "_ticket", "_window")
     _kind = "FairLock"
+    _event_kind = "FairLock"
 
     def __init__(self, client: Any, name: str | bytes, ttl: Duration, **options: Any) -> None:
         if options.get("fencing", False) is not False:

@@ -16,6 +16,7 @@ from .errors import (
     NotHeld,
     QuorumUnreachable,
 )
+from .events import Event
 from .lock_steps import LockBase, closed_while_acquiring, counted_acquire, unlock_keys
 from .requests import SetNx, Steps, script
 from .session import Session
@@ -63,16 +64,23 @@ def _batch_attempt(session: Session, locks: Sequence[LockBase], keys: list[bytes
     unlock: list[tuple[bytes, bytes]] = []
     unreachable = 0
     closed = False
+    tell = session.tell
     for lock, token, result in zip(locks, tokens, results):
         failed = lock._refusal(result, result[1])
         if failed is None:
-            if lock._took(token, start, None):
+            if lock._took(token, start, None, result):
                 out.append(lock)
                 continue
             closed = True  # (closed meanwhile: unlocked with the names that were not won)
         else:
             lock._refused(failed)
-            unreachable += _judgement.quorum_unreachable(result[0], session.quorum)
+            missed = _judgement.quorum_unreachable(result[0], session.quorum)
+            unreachable += missed
+            if tell is not None:  # (one event per lock of the batch)
+                reason = "quorum_unreachable" if missed else "not_acquired"
+                votes = lock._last_votes
+                event = Event("acquire_failed", lock._name, lock._told_kind, votes, 0.0, 1)
+                tell(event._replace(duration=result[1] / 1e9, reason=reason))
         unlock.append((lock.key, token))
         out.append(None)
     if closed:

@@ -14,7 +14,6 @@ acquisition it was made for is still the current one.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -23,6 +22,7 @@ from .._engines.contract import RoundResult
 from . import clock as _clock
 from . import fork as _fork
 from . import judgement as _judgement
+from . import observe as _observe
 from . import scripts as _scripts
 from . import validation as _validation
 from .errors import (
@@ -30,6 +30,7 @@ from .errors import (
     NotHeld,
     Vote,
 )
+from .observe import LockStats
 from .requests import Request, RunScript, SetNx, script
 from .validation import Duration
 
@@ -43,8 +44,7 @@ _RELEASE = _scripts.RELEASE
 _EXTEND = _scripts.EXTEND
 _RELEASE_SHA = _RELEASE.sha
 _RELEASE_SOURCE = _RELEASE.source
-
-_log = logging.getLogger("hiredlock")
+_NOT_RENEWED = (0, 0)
 
 
 class LockState:
@@ -83,16 +83,22 @@ class LockState:
         "_pin",
         "_registry_ref",
         "_released_by_close",
+        "_released_ns",
+        "_renewed",
         "_rounds",
         "_session",
         "_timeout_ms",
         "_token",
+        "_told_kind",
+        "_trying",
         "_ttl_ms",
         "_unlocked_token",
         "_valid_until_ns",
+        "_won",
     )
 
     _kind = "Lock"
+    _event_kind = "Lock"  # the lock_kind of its events (the same for both APIs)
 
     def __init__(
         self,
@@ -163,6 +169,14 @@ class LockState:
         # a master (see _engines/blocking.py, run_python): a one-item list, shared by a batch's
         # locks.
         self._pin: list[Any] = [None]
+        # What `stats` and the events tell (see _core/observe.py): the winning round, the time
+        # the acquire call waited (ns) and its attempts, set by _took; a semaphore's call under
+        # way (its start, its attempts: see semaphores.py).
+        self._won: Any = None  # a RoundResult, or (RoundResult, began, refused)
+        self._trying = (0, 0)
+        self._renewed = _NOT_RENEWED  # (renewals done, renewals retried) of this acquisition
+        self._released_ns = 0  # when the last acquisition ended (released or lost)
+        self._told_kind = self._event_kind
 
     # -- the rounds of this kind of lock (read and write locks say otherwise) -------------------
 
@@ -304,6 +318,13 @@ class LockState:
     def blocking_timeout(self) -> Optional[float]:
         return self._blocking_timeout
 
+    @property
+    def stats(self) -> LockStats:
+        """What the last acquisition cost and did: see LockStats (a local view: no I/O)."""
+        if self._won is None or self._generation != _fork.generation:
+            return LockStats()
+        return _observe.stats_of(self)
+
     # -- fork ----------------------------------------------------------------------------------
 
     def _held_by_parent(self) -> bool:
@@ -372,9 +393,18 @@ class LockState:
             return None
         return result
 
-    def _took(self, token: bytes, start: int, fence: Optional[int]) -> bool:
-        """The lock is ours from `start` (before the first write of the winning round); False,
-        and nothing taken, when the client was closed meanwhile (the caller unlocks: close()
+    def _took(
+        self,
+        token: bytes,
+        start: int,
+        fence: Optional[int],
+        won: RoundResult,
+        began: int = 0,
+        refused: int = 0,
+    ) -> bool:
+        """The lock is ours from `start` (before the first write of the winning round `won`, of
+        an acquire call that had `refused` attempts refused, the first at `began`); False, and
+        nothing taken, when the client was closed meanwhile (the caller unlocks: close()
         releases only the locks it finds held)."""
         session = self._session
         ref = self._registry_ref
@@ -397,19 +427,33 @@ class LockState:
                 self._acquisition += 1
                 self._released_by_close = False
                 acquisition = self._acquisition
+                # (the winning round; with the call's wait and attempts when some were refused)
+                self._won = (won, began, refused) if refused else won
             session.held[id(self)] = ref
-        self._last_votes = ()
-        self._last_codes = None
-        if self._auto_renew and not self._start_renewal(
-            acquisition, start + self._renew_interval_ns()
-        ):
-            self._mark_lost(acquisition, "renewal cannot run: the client is closed")
+        if self._last_votes:  # (set with _last_codes by a refused attempt, or by a failed round)
+            self._last_votes = ()
+            self._last_codes = None
+        if won[0].strip(session.quiet_acquire):  # (observed, or degraded)
+            _observe.tell_acquired(self)
+        if self._auto_renew:  # (only an auto-renewed lock counts renewals)
+            self._renewed = _NOT_RENEWED
+            if not self._start_renewal(acquisition, start + self._renew_interval_ns()):
+                self._mark_lost(acquisition, "renewal cannot run: the client is closed")
         return True
 
-    def _refused(self, failed: RoundResult) -> None:
-        """Keeps the votes of a failed attempt (whoever made it has unlocked every master)."""
-        self._last_votes = self._session.votes(failed)
+    def _refused(self, failed: RoundResult, tries: int = 1) -> None:
+        """Keeps the votes of a failed attempt (the call's attempt number `tries`; whoever made
+        it has unlocked every master)."""
+        self._last_votes = votes = self._session.votes(failed)
         self._last_codes = failed[0]
+        if _observe.lock_log.isEnabledFor(_observe.DEBUG):
+            _observe.lock_log.debug(
+                "hiredlock: attempt %d at %r failed [%s]",
+                tries,
+                self._name,
+                "; ".join(str(vote) for vote in votes),
+            )
+            _observe.log_failed_masters(self._name, "acquire", votes, waits_for_all=False)
 
     def _let_go(self) -> tuple[bytes, bool]:
         """Forgets the token (no renewal follows); returns it and whether the lock was lost."""
@@ -434,12 +478,23 @@ class LockState:
     def _released(self, result: RoundResult, lost: bool) -> Optional[LockLost]:
         """The error for a release round's result, or None when a quorum released."""
         if not lost and result[0].count(_OK) >= self._session.quorum:
+            self._released_ns = _clock.monotonic_ns()
+            if result[0].strip(self._session.quiet_wait_all):  # (observed, or degraded)
+                _observe.tell_released(self, result)
             return None
-        return self._release_lost(result)
+        return self._release_lost(result, lost)
 
-    def _release_lost(self, result: RoundResult) -> LockLost:
-        """The error of a release round that found the lock lost (its votes kept as last_votes)."""
+    def _release_lost(self, result: RoundResult, told: bool) -> LockLost:
+        """The error of a release round that found the lock lost (its votes kept as last_votes);
+        the lost event, unless the loss was told already (`told`: found by a renewal or an
+        extend)."""
         self._last_votes = self._session.votes(result)
+        if not told:
+            self._released_ns = _clock.monotonic_ns()
+            _observe.lock_log.debug(
+                "hiredlock: %r was no longer held by a quorum when released", self._name
+            )
+            _observe.tell_lost(self, self._last_votes, "no longer held by a quorum when released")
         return LockLost(
             f"lock {self._name!r} was no longer held by a quorum when released", self._last_votes
         )
@@ -452,8 +507,10 @@ class LockState:
             if acquisition != self._acquisition or self._token is None:
                 return False
             self._lost = True
+            self._released_ns = _clock.monotonic_ns()
         if why is not None:
-            _log.warning("hiredlock: lost %r: %s", self._name, why)
+            _observe.renewal_log.warning("hiredlock: lost %r: %s", self._name, why)
+        _observe.tell_lost(self, self._last_votes, why or "could not be extended on a quorum")
         self.lost.set()
         if self._on_lost is not None:
             if renewal:
@@ -468,7 +525,9 @@ class LockState:
         try:
             outcome = self._on_lost(self)
         except Exception:
-            _log.exception("hiredlock: the on_lost callback of %r raised", self._name)
+            _observe.callbacks_log.exception(
+                "hiredlock: the on_lost callback of %r raised", self._name
+            )
             return
         self._after_on_lost(outcome)
 

@@ -9,12 +9,12 @@ back.
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Optional
 
 from . import clock as _clock
 from . import fork as _fork
 from . import judgement as _judgement
+from . import observe as _observe
 from . import scripts as _scripts
 from . import validation as _validation
 from .errors import (
@@ -24,6 +24,7 @@ from .errors import (
     NotHeld,
     TooManyExtensions,
 )
+from .events import Event, EventKind, Operation
 from .lock_state import LockState
 from .requests import Cleanup, Pause, RunScript, Steps, script
 from .session import Session, Timing
@@ -32,8 +33,6 @@ from .validation import Duration
 
 _OK = int(_scripts.Outcome.OK)
 _RELEASE = _scripts.RELEASE
-
-_log = logging.getLogger("hiredlock")
 
 
 class LockBase(LockState):
@@ -60,6 +59,9 @@ class LockBase(LockState):
         a signal handler's exception, a cancelled task, an engine error, the client closed as
         it won) must not leave our token on the masters for the whole ttl: the unlock is sent
         first, then it propagates.
+
+        A call that ends without the lock says why (the acquire_failed event, see _not_taken);
+        the acquired one is _took's. (The hot path, an attempt that wins, pays for neither.)
         """
         if self._generation != _fork.generation:
             self._this_process()
@@ -77,8 +79,11 @@ class LockBase(LockState):
                 channel = self._channel = self._wake_channel()
             splits = 0  # attempts in a row that split the masters with rivals
         session = self._session
+        refused = began = 0  # this call's attempts refused so far, and when the first began
         while True:
-            session.check_open()  # (closed during the pause: no more attempts)
+            if session.closed:  # (closed during the pause: no more attempts)
+                self._not_taken("closed", began, refused, refused)
+                session.check_open()
             # (the notices heard before this attempt: one that comes before the pause begins
             # ends the pause at once)
             seen = 0 if notices is None else notices.heard.get(channel, 0)
@@ -86,44 +91,69 @@ class LockBase(LockState):
             start = _clock.monotonic_ns()
             try:
                 if self._fencing:
-                    failed, fence = yield from self._fenced_rounds(token, start)
+                    failed, fence, result = yield from self._fenced_rounds(token, start)
                 else:
                     result = (yield self._acquire_request(token))[0]
                     failed = self._refusal(result, result[1])
                     fence = None
                 if failed is None:
-                    if not self._took(token, start, fence):
+                    if not self._took(token, start, fence, result, began, refused):
                         raise HiredlockError(closed_while_acquiring(self._name))
                     return True
-            except BaseException:
+            except BaseException as exc:
                 yield from self._unlock_steps(token)
+                why = _observe.failure_reason(exc, session.closed)
+                self._not_taken(why, began or start, refused + 1, refused)
                 raise
             # (with notices: and learn when the holder's keys expire)
             try:
                 unlocked = (yield self._unlock_request(token, RunScript, notices is not None))[0]
-            except BaseException:
+            except BaseException as exc:
                 # interrupted before it went out, or while it ran: it goes out again, as a
                 # clean-up, whatever happens to the caller
                 yield from self._unlock_steps(token)
+                why = _observe.failure_reason(exc, session.closed)
+                self._not_taken(why, began or start, refused + 1, refused)
                 raise
-            self._refused(failed)
+            began = began or start
+            refused += 1
+            self._refused(failed, refused)
             if retrying is None:
                 retrying = _judgement.Retrying(
                     self._name, session.quorum, session, blocking, deadline_ns
                 )
-            delay = retrying.after_failure(failed[0], self._last_votes)
-            if delay is None:
-                return False
-            if notices is None:
-                yield Pause(delay, None, None, 0.0, 0, session.closing)
-            else:
-                delay = _judgement.wake_delay(delay, self._free_in(unlocked))
-                splits = splits + 1 if _judgement.split_with_rivals(failed[0]) else 0
-                settle = _judgement.settle_after_notice(failed[1], splits, session.retry_delay)
-                yield Pause(delay, notices, channel, settle, seen, session.closing)
+            try:
+                delay = retrying.after_failure(failed[0], self._last_votes)
+                if delay is None:
+                    self._not_taken("not_acquired", began, refused, refused)
+                    return False
+                if notices is None:
+                    yield Pause(delay, None, None, 0.0, 0, session.closing)
+                else:
+                    delay = _judgement.wake_delay(delay, self._free_in(unlocked))
+                    splits = splits + 1 if _judgement.split_with_rivals(failed[0]) else 0
+                    settle = _judgement.settle_after_notice(failed[1], splits, session.retry_delay)
+                    yield Pause(delay, notices, channel, settle, seen, session.closing)
+            except BaseException as exc:  # (QuorumUnreachable, or interrupted in the pause)
+                why = _observe.failure_reason(exc, session.closed)
+                self._not_taken(why, began, refused, refused)
+                raise
+
+    def _not_taken(self, reason: str, began: int, tries: int, refused: int) -> None:
+        """The acquire_failed event of a call that ends without the lock (if someone listens):
+        its wait, its attempts, the votes of its last failed round (none when `refused`, the
+        attempts that were refused, is 0)."""
+        tell = self._session.tell
+        if tell is None:
+            return
+        duration = (_clock.monotonic_ns() - began) / 1e9 if began else 0.0
+        votes = self._last_votes if refused else ()
+        kind = self._told_kind
+        tell(Event("acquire_failed", self._name, kind, votes, duration, tries, reason=reason))
 
     def _fenced_rounds(self, token: bytes, start: int) -> Steps:
-        """Acquire with a fence: (the failed round or None, the fence).
+        """Acquire with a fence: (the failed round or None, the fence, the round that took the
+        lock, as long as both rounds).
 
         Round 1 takes the lock and bumps the name's counter where it was taken; the fence is the
         largest counter of that quorum. Round 2 raises the counter on every master to the fence,
@@ -143,7 +173,7 @@ class LockBase(LockState):
             )
         )[0]
         if self._refusal(first, first[1]) is not None:
-            return first, None
+            return first, None, first
         fence = max(value for code, value in zip(first[0], first[3]) if code == _OK)
         second = (
             yield script(
@@ -154,7 +184,8 @@ class LockBase(LockState):
                 wait_all=True,
             )
         )[0]
-        return self._refusal(second, _clock.monotonic_ns() - start), fence
+        elapsed_ns = _clock.monotonic_ns() - start
+        return self._refusal(second, elapsed_ns), fence, (first[0], elapsed_ns, first[2], None)
 
     def _unlock_steps(self, token: bytes) -> Steps:
         """Sends the unlock for `token` to every master after an interruption (one round, bounded
@@ -168,7 +199,9 @@ class LockBase(LockState):
         try:
             yield self._unlock_request(token, Cleanup)
         except Exception as exc:
-            _log.warning("hiredlock: unlocking %r after an exception failed: %s", self._name, exc)
+            _observe.lock_log.warning(
+                "hiredlock: unlocking %r after an exception failed: %s", self._name, exc
+            )
 
     # -- release -------------------------------------------------------------------------------
 
@@ -190,8 +223,13 @@ class LockBase(LockState):
                 yield from self._unlock_steps(token)
             raise
         # (the quorum test of _released, spelled out: this is half of every lock cycle)
-        if lost or result[0].count(_OK) < self._session.quorum:
-            raise self._release_lost(result)
+        session = self._session
+        oks = result[0].count(_OK)
+        if lost or oks < session.quorum:
+            raise self._release_lost(result, lost)
+        self._released_ns = _clock.monotonic_ns()
+        if oks != session.quiet_oks:  # (observed, or a master did not say OK)
+            _observe.tell_released(self, result)
 
     def _close_steps(self) -> Steps:
         """close()'s release of this lock: as _release_steps, and silent when its holder released
@@ -220,7 +258,7 @@ class LockBase(LockState):
     def _extend_steps(self, timing: Optional[Timing]) -> Steps:
         """Re-arms the lock; LockLost (and the lock marked lost) when that did not count."""
         acquisition = self._acquisition
-        failed = yield from self._extend_round(timing, acquisition)
+        failed = yield from self._extend_round(timing, acquisition, "extend")
         if failed is None:
             with self._mutex:
                 self._extensions += 1
@@ -231,9 +269,12 @@ class LockBase(LockState):
             )
         raise NotHeld(f"lock {self._name!r} was released while it was being extended")
 
-    def _extend_round(self, timing: Optional[Timing], acquisition: int) -> Steps:
-        """One extend round: None when it counted (the validity is moved on), else the failed
-        round (its votes are kept)."""
+    def _extend_round(
+        self, timing: Optional[Timing], acquisition: int, operation: Operation
+    ) -> Steps:
+        """One extend round (of extend(), or of a renewal: `operation`): None when it counted
+        (the validity is moved on; the extended or renewed event), else the failed round (its
+        votes are kept)."""
         ttl_ms, timeout_ms, drift = timing or (self._ttl_ms, self._timeout_ms, self._drift_ms)
         token = self._token
         if token is None:
@@ -247,8 +288,18 @@ class LockBase(LockState):
             with self._mutex:
                 if acquisition == self._acquisition:
                     self._valid_until_ns = valid_until
+            session = self._session
+            if result[0].strip(session.quiet_wait_all):  # (observed, or degraded)
+                tell = session.tell
+                name, kind = self._name, self._told_kind
+                _observe.note_round(session, tell, name, kind, operation, result)
+                if tell is not None:
+                    told: EventKind = "extended" if operation == "extend" else "renewed"
+                    tell(Event(told, name, kind, session.votes(result), result[1] / 1e9))
             return None
         self._last_votes = self._session.votes(result)
+        if _observe.masters_log.isEnabledFor(_observe.DEBUG):
+            _observe.log_failed_masters(self._name, operation, self._last_votes)
         return result
 
     def _renew_steps(self, acquisition: int) -> Steps:
@@ -265,7 +316,7 @@ class LockBase(LockState):
             return None
         owner = self._owner
         if owner is not None and self._owner_ended(owner):
-            _log.warning(
+            _observe.renewal_log.warning(
                 "hiredlock: the owner that acquired %r ended without releasing it; "
                 "it is no longer renewed and expires with its ttl",
                 self._name,
@@ -274,8 +325,10 @@ class LockBase(LockState):
         now = _clock.monotonic_ns()
         if self._max_hold_ns is not None and now - self._acquired_at_ns >= self._max_hold_ns:
             return None
-        failed = yield from self._extend_round(None, acquisition)
+        failed = yield from self._extend_round(None, acquisition, "renew")
         if failed is None:
+            renewals, retried = self._renewed
+            self._renewed = (renewals + 1, retried)
             return now + self._renew_interval_ns()
         if acquisition != self._acquisition:
             return None
@@ -287,7 +340,24 @@ class LockBase(LockState):
             self._timeout_ms,
         )
         if retry_at is not None:
-            _log.info("hiredlock: renewing %r failed; retrying while it is valid", self._name)
+            renewals, retried = self._renewed
+            self._renewed = (renewals, retried + 1)
+            _observe.renewal_log.info(
+                "hiredlock: renewing %r failed; retrying while it is valid", self._name
+            )
+            tell = self._session.tell
+            if tell is not None:
+                reason = "could not be extended on a quorum; retried while it is valid"
+                tell(
+                    Event(
+                        "renewal_retried",
+                        self._name,
+                        self._told_kind,
+                        self._last_votes,
+                        failed[1] / 1e9,
+                        reason=reason,
+                    )
+                )
             return retry_at
         self._mark_lost(
             acquisition,
@@ -344,7 +414,9 @@ def unlock_keys(name: object, pairs: list[tuple[bytes, bytes]], timeout_ms: floa
     try:
         yield script(_RELEASE, 1, pairs, timeout_ms, True, kind=Cleanup)
     except Exception as exc:
-        _log.warning("hiredlock: unlocking %r after an exception failed: %s", name, exc)
+        _observe.lock_log.warning(
+            "hiredlock: unlocking %r after an exception failed: %s", name, exc
+        )
 
 
 # -- closing a client ----------------------------------------------------------------------------
@@ -361,4 +433,4 @@ def close_release_failed(lock: LockBase, told: bool, error: BaseException) -> No
     already (that release still unlocked the masters that kept the key)."""
     if told and isinstance(error, LockLost):
         return
-    _log.warning("hiredlock: releasing %r on close failed: %s", lock.name, error)
+    _observe.close_log.warning("hiredlock: releasing %r on close failed: %s", lock.name, error)

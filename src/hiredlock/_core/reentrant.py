@@ -16,6 +16,7 @@ from . import fork as _fork
 from . import validation as _validation
 from .errors import NotHeld, Vote
 from .lock_state import LockState
+from .observe import LockStats
 from .validation import Duration
 
 _L = TypeVar("_L", bound=LockState)  # the API's lock class: Lock, or AsyncLock
@@ -27,7 +28,12 @@ class ReentrantBase(Generic[_L]):
     _owner_kind = "thread"  # what owns it, in messages ("task" for asyncio)
 
     def __init__(self, make_lock: Callable[[], _L], name: str | bytes) -> None:
-        self._make_lock = make_lock
+        def make() -> _L:
+            lock = make_lock()
+            lock._told_kind = "RLock"  # (its events are the RLock's)
+            return lock
+
+        self._make_lock = make
         # (the first lock made checks the options now, before any I/O, and says the
         # blocking_timeout they give)
         self._blocking_timeout = make_lock().blocking_timeout
@@ -36,6 +42,7 @@ class ReentrantBase(Generic[_L]):
         self._owner: Any = None
         self._count = 0
         self._lock: Optional[_L] = None
+        self._last_lock: Optional[_L] = None  # the Lock of the last ownership (for `stats`)
         self._last_votes: tuple[Vote, ...] = ()
         self._generation = _fork.generation
 
@@ -74,6 +81,12 @@ class ReentrantBase(Generic[_L]):
     @property
     def last_votes(self) -> tuple[Vote, ...]:
         return self._last_votes
+
+    @property
+    def stats(self) -> LockStats:
+        """The stats (see LockStats) of the Lock of the current ownership, or of the last one."""
+        lock = self._lock or self._last_lock
+        return LockStats() if lock is None else lock.stats
 
     # -- fork ----------------------------------------------------------------------------------
 
@@ -132,7 +145,7 @@ class ReentrantBase(Generic[_L]):
             self._gate.leave()
             self._last_votes = lock.last_votes
             return False
-        self._lock = lock
+        self._lock = self._last_lock = lock
         self._owner = self._current()
         self._count = 1
         return True

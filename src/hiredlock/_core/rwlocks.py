@@ -91,6 +91,7 @@ class ReaderBase(_SideBase):
 
     __slots__ = ()
     _kind = "ReadLock"
+    _event_kind = "ReadLock"
     _key_index = 1
     _acquire_script = _scripts.READ_ACQUIRE
     _release_script = _scripts.READ_RELEASE
@@ -103,6 +104,7 @@ class WriterBase(_SideBase):
 
     __slots__ = ()
     _kind = "WriteLock"
+    _event_kind = "WriteLock"
     _acquire_script = _scripts.WRITE_ACQUIRE
     _release_script = _scripts.WRITE_RELEASE
     _undo_script = _scripts.WRITE_UNDO

@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, TypeVar
 from .._engines.contract import RoundResult
 from . import clock as _clock
 from . import judgement as _judgement
+from . import observe as _observe
 from . import scripts as _scripts
 from .compat import Unpack
 from .errors import HiredlockError, Vote
+from .events import Event
 from .lock_state import share_pin
 from .lock_steps import (
     LockBase,
@@ -41,6 +43,7 @@ class PermitBase(LockBase):
     (Permit and hiredlock.aio.AsyncPermit add the API)."""
 
     __slots__ = ("_index", "_name_key")
+    _event_kind = "Semaphore"
 
     def __init__(
         self,
@@ -98,7 +101,43 @@ def acquire_permit_steps(
     attempts = _permit_attempts(
         session, name, template, live, make_permit, n_permits, blocking, deadline_ns, taken
     )
+    if session.tell is not None:
+        attempts = _told_permit_attempts(session, name, template, attempts)
     return (yield from counted_acquire(session, attempts))
+
+
+def _told_permit_attempts(
+    session: Session, name: Any, template: PermitBase, attempts: Steps
+) -> Steps:
+    """A semaphore's attempts, with an acquire_failed event when they end without a permit (the
+    acquired event is the permit's). Used only when someone listens."""
+    began = _clock.monotonic_ns()
+    template._trying = (began, 0)
+    try:
+        permit, votes = yield from attempts
+    except BaseException as exc:
+        reason = _observe.failure_reason(exc, session.closed)
+        _tell_no_permit(session, name, template, began, reason, template._last_votes)
+        raise
+    if permit is None:
+        _tell_no_permit(session, name, template, began, "not_acquired", votes)
+    return permit, votes
+
+
+def _tell_no_permit(
+    session: Session,
+    name: Any,
+    template: PermitBase,
+    began: int,
+    reason: str,
+    votes: tuple[Vote, ...],
+) -> None:
+    tell = session.tell
+    if tell is not None:
+        duration = (_clock.monotonic_ns() - began) / 1e9
+        tries = template._trying[1]
+        kind = template._told_kind
+        tell(Event("acquire_failed", name, kind, votes, duration, tries, reason=reason))
 
 
 def _permit_attempts(
@@ -118,9 +157,12 @@ def _permit_attempts(
     retrying = None
     notices = template._notices
     channel = None if notices is None else template._wake_channel()
+    tries = 0
+    began = 0
     while True:
         session.check_open()  # (closed during the pause: no more attempts)
         seen = 0 if notices is None else notices.heard.get(channel, 0)
+        tries += 1  # (an attempt goes through the permits, a few per round)
         free = [i for i in range(n_permits) if not _held_through(live, i)]
         random.shuffle(free)
         codes: bytes = bytes(len(session.masters))  # (none free here: nothing was asked)
@@ -130,6 +172,8 @@ def _permit_attempts(
             keys = [_scripts.permit_key(template._name_key, i) for i in batch]
             token = new_token()
             start = _clock.monotonic_ns()
+            if not began:
+                began = start
             request = script(
                 _scripts.ACQUIRE_FIRST_FREE,
                 len(keys),
@@ -158,7 +202,8 @@ def _permit_attempts(
                     raise
             if won:
                 permit = make_permit(batch[won - 1])
-                if not permit._took(token, start, None):
+                won_round = RoundResult(won_codes, elapsed_ns, result[2], None)
+                if not permit._took(token, start, None, won_round, began, tries - 1):
                     yield from unlock_keys(name, [(permit.key, token)], timeout_ms)
                     raise HiredlockError(closed_while_acquiring(name))
                 live[permit._index] = permit
@@ -166,6 +211,15 @@ def _permit_attempts(
                     taken[:] = [permit, token]
                 return permit, ()
             votes = session.votes(RoundResult(won_codes, elapsed_ns, result[2], None))
+            template._trying = (began, tries)
+            template._last_votes = votes
+            if _observe.lock_log.isEnabledFor(_observe.DEBUG):
+                _observe.lock_log.debug(
+                    "hiredlock: an attempt at a permit of %r failed [%s]",
+                    name,
+                    "; ".join(str(vote) for vote in votes),
+                )
+                _observe.log_failed_masters(name, "acquire", votes, waits_for_all=False)
             if _judgement.quorum_unreachable(codes, session.quorum):
                 break  # (the other permits would meet the same masters)
         if retrying is None:

@@ -15,6 +15,7 @@ from .._engines.contract import RoundResult
 from . import fork as _fork
 from . import judgement as _judgement
 from . import masters as _masters
+from . import observe as _observe
 from . import scripts as _scripts
 from . import validation as _validation
 from .errors import HiredlockError, Vote
@@ -64,6 +65,14 @@ class Session:
         # What tells the client's observers (see _core/events.py); None when nobody listens, so
         # that the steps build no Event then.
         self.tell: Optional[Teller] = Teller(observers) if observers else None
+        # What a round that counted must show besides these votes for its lock to say more
+        # (`codes.strip(quiet_...)` not empty: one short test in C on the hot path): a vote
+        # of a degraded round (see _core/observe.py) when nobody listens, anything when someone
+        # does.
+        self.quiet_acquire = b"" if observers else _observe.HEALTHY_ACQUIRE
+        self.quiet_wait_all = b"" if observers else _observe.HEALTHY_WAIT_ALL
+        # (a release's: the OK votes of a round with nothing more to say; never, when observed)
+        self.quiet_oks = -1 if observers else len(self.masters)
         self.label = hex(id(self))  # names the watchdog thread; the owner may set its own
         # Made by the client's flavour (see _core/flavour.py): what runs the rounds (run(steps,
         # pin=None)), what wakes waiters on a release (see _engines/notices.py), what renews the

@@ -9,7 +9,7 @@ from typing import Any
 
 from .errors import HiredlockError
 
-_log = logging.getLogger("hiredlock")
+_log = logging.getLogger("hiredlock.lock")
 
 
 def release_failed_on_exit(name: object, exc_type: Any, error: HiredlockError) -> None:

@@ -18,7 +18,7 @@ from .._core.session import Session
 
 Renewal = Callable[[int], Optional[int]]  # a lock's renewal: acquisition -> when next, or None
 
-_log = logging.getLogger("hiredlock")
+_log = logging.getLogger("hiredlock.renewal")
 
 
 class Watchdog:

@@ -21,7 +21,7 @@ from ._gate import TaskGate
 if TYPE_CHECKING:
     from ._redlock import AsyncRedlock
 
-_log = logging.getLogger("hiredlock")
+_log = logging.getLogger("hiredlock.callbacks")
 
 
 class AsyncWithStatement:

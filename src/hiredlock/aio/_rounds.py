@@ -45,7 +45,7 @@ from ._driver import start
 
 _ACQUIRE_FENCED_SHA = _scripts.ACQUIRE_FENCED.sha
 
-_log = logging.getLogger("hiredlock")
+_log = logging.getLogger("hiredlock.close")
 _running_loop = asyncio.get_running_loop
 
 

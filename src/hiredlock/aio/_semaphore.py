@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any, Optional
 
 from .._core.errors import HiredlockError, LockNotAcquired, Vote
@@ -11,8 +10,6 @@ from .._core.semaphores import PermitBase, SemaphoreBase
 from .._core.validation import Duration
 from .._core.with_blocks import release_failed_on_exit
 from ._lock import AsyncLock
-
-_log = logging.getLogger("hiredlock")
 
 
 class AsyncPermit(PermitBase, AsyncLock):
