@@ -15,6 +15,7 @@ from ._core.errors import (
     MasterConfigError,
     NotHeld,
     QuorumUnreachable,
+    SemaphoreSizeMismatch,
     TooManyExtensions,
     Vote,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "ReadLock",
     "Redlock",
     "Semaphore",
+    "SemaphoreSizeMismatch",
     "TooManyExtensions",
     "Vote",
     "WriteLock",

@@ -128,9 +128,12 @@ def test_a_semaphore_shows_which_permits_are_held(engine, masters5, key):
     assert f"semaphore: permits {minority_listed}" in " ".join(table[masters5[0].url])
     assert f"semaphore: permits {listed}" in " ".join(table[masters5[4].url])
     assert (
-        f"semaphore {key!r}: 2 permits held by a majority (permits {listed}; quorum 3)"
-        in proc.stdout
+        f"semaphore {key!r}: 2 permits held by a majority (permits {listed}; quorum 3); "
+        "5 permits, 3 free" in proc.stdout
     )
+    # the size stored with the semaphore, and the permits held on each master
+    assert "(3 of 5 held)" in " ".join(table[masters5[0].url])
+    assert "(2 of 5 held)" in " ".join(table[masters5[4].url])
 
 
 def test_a_semaphore_permit_on_a_minority_is_not_held(masters5, key):

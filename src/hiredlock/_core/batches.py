@@ -30,6 +30,10 @@ class KeyState(NamedTuple):
     writer: Optional[bool] = None
     readers: Optional[int] = None
     waiting: Optional[int] = None
+    # the semaphore of that name on this master (None when it has no size record there, or did
+    # not answer): its number of permits (stored with it) and how many of them are held there
+    permits: Optional[int] = None
+    permits_held: Optional[int] = None
 
 
 def check_names(names: Any) -> None:
@@ -39,7 +43,7 @@ def check_names(names: Any) -> None:
 
 def inspect_steps(session: Session, name: Any) -> Steps:
     """Every master's view of `name`: exists, PTTL, and whether it is ours, and the state of
-    the read-write and fair locks of that name (KeyState each; two rounds)."""
+    the read-write and fair locks and the semaphore of that name (KeyState each; three rounds)."""
     key = _validation.lock_name(name)
     token = session.token_held_for(key)
     timeout_ms = session.master_timeout_ms(_scripts.MAX_TTL_MS)
@@ -50,10 +54,20 @@ def inspect_steps(session: Session, name: Any) -> Steps:
     kinds = (
         yield script(_scripts.INSPECT_KINDS, 4, (kind_keys,), timeout_ms, True, want_values=True)
     )[0]
+    semaphore = (
+        yield script(
+            _scripts.INSPECT_PERMITS,
+            2,
+            ((_scripts.permit_size_key(key), key),),
+            timeout_ms,
+            True,
+            want_values=True,
+        )
+    )[0]
     answered = (Outcome.OK, Outcome.TAKEN)
     states = []
-    for vote, value, kind_vote, kind_value in zip(
-        session.votes(result), result[3], session.votes(kinds), kinds[3]
+    for vote, value, kind_vote, kind_value, sem_code, sem_value in zip(
+        session.votes(result), result[3], session.votes(kinds), kinds[3], *semaphore[::3]
     ):
         if vote.outcome not in answered:
             states.append(KeyState(vote.master, vote.outcome, None, None, None, vote.detail))
@@ -62,7 +76,12 @@ def inspect_steps(session: Session, name: Any) -> Steps:
         if kind_vote.outcome in answered:
             writer, readers, waiting = _scripts.unpack_inspect_kinds(kind_value)
             kind_state = (writer, readers, waiting)
-            states.append(KeyState(vote.master, Outcome.OK, exists, pttl, ours, None, *kind_state))
+            permits: tuple[Optional[int], Optional[int]] = (None, None)
+            if sem_code in answered:
+                permits = _scripts.unpack_inspect_permits(sem_value)
+            states.append(
+                KeyState(vote.master, Outcome.OK, exists, pttl, ours, None, *kind_state, *permits)
+            )
         else:
             states.append(KeyState(vote.master, Outcome.OK, exists, pttl, ours, kind_vote.detail))
     return states

@@ -65,3 +65,19 @@ class AlreadyAcquired(HiredlockError, RuntimeError):
 
 class EngineUnavailable(HiredlockError, ImportError):
     """The engine asked for (backend= or HIREDLOCK_IMPL) cannot be loaded here."""
+
+
+class SemaphoreSizeMismatch(HiredlockError, ValueError):
+    """A semaphore was asked for with another number of permits than the one its holders took
+    their permits under (stored with it on the masters): `name`, `permits` (asked for) and
+    `stored` (on the masters)."""
+
+    def __init__(self, name: object, permits: int, stored: int) -> None:
+        self.name = name
+        self.permits = permits
+        self.stored = stored
+        super().__init__(
+            f"semaphore {name!r} has {stored} permits on the masters, not {permits}: every "
+            f"client must ask for the same number (it may change once every permit taken under "
+            f"{stored} is released or has expired)"
+        )

@@ -9,6 +9,7 @@ back.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Optional
 
 from . import clock as _clock
@@ -408,11 +409,17 @@ def give_back_steps(lock: LockBase, token: bytes) -> Steps:
         yield from lock._unlock_steps(token)
 
 
-def unlock_keys(name: object, pairs: list[tuple[bytes, bytes]], timeout_ms: float) -> Steps:
+def unlock_keys(
+    name: object,
+    pairs: Sequence[tuple[bytes, ...]],
+    timeout_ms: float,
+    release: _scripts.Script = _RELEASE,
+    numkeys: int = 1,
+) -> Steps:
     """The unlock of these (key, token) pairs on every master after an interruption (as
-    LockBase._unlock_steps does for one lock)."""
+    LockBase._unlock_steps does for one lock); or of these argvs of another `release` script."""
     try:
-        yield script(_RELEASE, 1, pairs, timeout_ms, True, kind=Cleanup)
+        yield script(release, numkeys, pairs, timeout_ms, True, kind=Cleanup)
     except Exception as exc:
         _observe.lock_log.warning(
             "hiredlock: unlocking %r after an exception failed: %s", name, exc

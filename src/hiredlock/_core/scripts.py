@@ -114,14 +114,71 @@ def fence_key(key: bytes) -> bytes:
 # argument is ignored: the engines send one at least).
 PING = _script("return 1")
 
-# A semaphore's attempt: takes the first of KEYS that is free (SET NX PX, ARGV[1] = token,
-# ARGV[2] = ttl ms) and returns its position in KEYS (1-based), or 0 when every one is taken.
+# (Lua: the semaphore's size record, KEYS[#KEYS], says ARGV[3] permits and lives at least ARGV[2]
+# ms from now: as long as the permit just taken or renewed.)
+_KEEP_SIZE = (
+    "local size_key = KEYS[#KEYS] "
+    "if redis.call('pttl', size_key) < tonumber(ARGV[2]) then "
+    "redis.call('set', size_key, ARGV[3], 'PX', ARGV[2]) end "
+)
+
+# A semaphore's attempt. KEYS: some of its permits, then its size record (permit_size_key);
+# ARGV: token, ttl ms, the number of permits the caller asks for. Where the record says another
+# number, takes nothing and returns minus that number. Else takes the first of the permits that
+# is free (SET NX PX), keeps the record as long as it, and returns its position in KEYS
+# (1-based), or 0 when every one is taken.
 ACQUIRE_FIRST_FREE = _script(
-    "for i, key in ipairs(KEYS) do "
-    "if redis.call('set', key, ARGV[1], 'NX', 'PX', ARGV[2]) then return i end "
+    "local stored = redis.call('get', KEYS[#KEYS]) "
+    "if stored and stored ~= ARGV[3] then return -(tonumber(stored) or 1) end "
+    "for i = 1, #KEYS - 1 do "
+    "if redis.call('set', KEYS[i], ARGV[1], 'NX', 'PX', ARGV[2]) then "
+    + _KEEP_SIZE
+    + "return i end "
     "end return 0",
     acquires=True,
 )
+
+# A permit's extend: EXTEND's (KEYS[1] = the permit, ARGV[1] = token, ARGV[2] = ttl ms), and
+# the size record (KEYS[2]; ARGV[3] = the number of permits) kept at least as long.
+PERMIT_EXTEND = _script(
+    "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end "
+    "redis.call('pexpire', KEYS[1], ARGV[2]) " + _KEEP_SIZE + "return 1"
+)
+
+# A permit's release (and the unlock of permits an attempt set): RELEASE's (KEYS[1] = the permit,
+# ARGV[1] = token), and where it deleted the permit and none of the semaphore's permits is left
+# (KEYS[3] = the name's key), the size record (KEYS[2]) goes with it: the next holder may ask for
+# another size. (A scan of the permits that stops at the first one held.)
+PERMIT_RELEASE = _script(
+    "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end "
+    "redis.call('del', KEYS[1]) "
+    "local size = tonumber(redis.call('get', KEYS[2]) or '0') or 0 "
+    "local left = 0 "
+    "for i = 0, math.min(size, 1000) - 1 do "
+    "if redis.call('exists', 'hiredlock:permit:' .. i .. ':' .. KEYS[3]) == 1 then "
+    "left = 1 break end end "
+    "if left == 0 then redis.call('del', KEYS[2]) end " + _ANNOUNCE + "return 1"
+)
+
+# The state of a semaphore on one master: 0 without a size record, else its size * 1024 + how
+# many of its permits are held there. KEYS: the size record, the name's key.
+INSPECT_PERMITS = _script(
+    "local size = tonumber(redis.call('get', KEYS[1]) or '0') or 0 "
+    "if size < 1 then return 0 end "
+    "local held = 0 "
+    "for i = 0, math.min(size, 1000) - 1 do "
+    "held = held + redis.call('exists', 'hiredlock:permit:' .. i .. ':' .. KEYS[2]) end "
+    "return math.min(size, 1000) * 1024 + held"
+)
+
+
+def unpack_inspect_permits(value: int) -> tuple[Optional[int], Optional[int]]:
+    """(the semaphore's size, its permits held) from INSPECT_PERMITS' reply (None, None when the
+    master has no size record for the name)."""
+    if value <= 0:
+        return None, None
+    return value >> 10, value & 1023
+
 
 # A semaphore's permit i is a lock on its own key (see semaphores.acquire_permit_steps).
 PERMIT_KEY_PREFIX = b"hiredlock:permit:"
@@ -250,6 +307,15 @@ READ_EXTEND = _script(
 
 def permit_key(key: bytes, index: int) -> bytes:
     return PERMIT_KEY_PREFIX + b"%d:" % index + key
+
+
+# Where a semaphore's size is stored (see ACQUIRE_FIRST_FREE): under the permits' prefix, apart
+# from any permit's key (those have digits after it).
+PERMIT_SIZE_PREFIX = PERMIT_KEY_PREFIX + b"size:"
+
+
+def permit_size_key(key: bytes) -> bytes:
+    return PERMIT_SIZE_PREFIX + key
 
 
 # The other kinds' state of a name on one master, packed in one integer: KEYS = the read-write

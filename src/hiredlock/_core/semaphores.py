@@ -13,7 +13,7 @@ from . import judgement as _judgement
 from . import observe as _observe
 from . import scripts as _scripts
 from .compat import Unpack
-from .errors import HiredlockError, Vote
+from .errors import HiredlockError, SemaphoreSizeMismatch, Vote
 from .events import Event
 from .lock_state import share_pin
 from .lock_steps import (
@@ -24,7 +24,7 @@ from .lock_steps import (
     unlock_keys,
 )
 from .options import LockOptions
-from .requests import Pause, Steps, script
+from .requests import Pause, Request, RunScript, Steps, script
 from .session import Session
 from .tokens import new_token
 from .validation import Duration, lock_name, non_negative_int
@@ -32,7 +32,13 @@ from .validation import Duration, lock_name, non_negative_int
 if TYPE_CHECKING:
     from .client import ClientBase
 
-_RELEASE = _scripts.RELEASE
+_PERMIT_RELEASE = _scripts.PERMIT_RELEASE
+
+
+def permit_release_argv(name_key: bytes, key: bytes, token: bytes) -> tuple[bytes, ...]:
+    """PERMIT_RELEASE's argv for the permit `key` of the semaphore `name_key`."""
+    return (key, _scripts.permit_size_key(name_key), name_key, token)
+
 
 # An attempt that finds every permit taken asks each master for all of them, a few per round.
 MAX_PERMITS = 1000
@@ -42,7 +48,7 @@ class PermitBase(LockBase):
     """Permit `index` of a semaphore: a lock on a key of its own, `hiredlock:permit:<i>:<name>`
     (Permit and hiredlock.aio.AsyncPermit add the API)."""
 
-    __slots__ = ("_index", "_name_key")
+    __slots__ = ("_index", "_name_key", "_size")
     _event_kind = "Semaphore"
 
     def __init__(
@@ -51,10 +57,12 @@ class PermitBase(LockBase):
         name: str | bytes,
         index: int,
         ttl: Duration,
+        size: int = 1,
         **options: Unpack[LockOptions[Any]],
     ) -> None:
         super().__init__(client, name, ttl, **options)
         self._index = index
+        self._size = str(size).encode()  # the semaphore's number of permits (see _extend_request)
         self._name_key = self._key  # (the name's own key: the permits' keys derive from it)
         self._key = _scripts.permit_key(self._key, index)
 
@@ -65,6 +73,26 @@ class PermitBase(LockBase):
 
     def _wake_channel(self) -> bytes:
         return _scripts.released_channel(self._name_key)  # (the semaphore's: see RELEASE)
+
+    # (a permit's release and unlock: PERMIT_RELEASE, so that the size record goes with the last
+    # permit; its unlock gives no expiry hint)
+
+    def _release_request(self, token: bytes) -> Request:
+        argvs = (permit_release_argv(self._name_key, self._key, token),)
+        return script(_PERMIT_RELEASE, 3, argvs, self._timeout_ms, True)
+
+    def _unlock_request(self, token: bytes, kind: type, expiry: bool = False) -> Request:
+        argvs = (permit_release_argv(self._name_key, self._key, token),)
+        best_effort = kind is RunScript
+        return script(
+            _PERMIT_RELEASE, 3, argvs, self._timeout_ms, True, honour_backoff=best_effort, kind=kind
+        )
+
+    def _extend_request(self, token: bytes, ttl_ms: int, timeout_ms: float) -> Request:
+        # (the semaphore's size is kept on the masters as long as its permits)
+        keys = (self._key, _scripts.permit_size_key(self._name_key))
+        argv = (*keys, token, str(ttl_ms).encode(), self._size)
+        return script(_scripts.PERMIT_EXTEND, 2, (argv,), timeout_ms, True)
 
 
 # How many permits one attempt asks each master for (the first free of them is taken): a few, in
@@ -154,6 +182,7 @@ def _permit_attempts(
     """The attempts of acquire_permit_steps."""
     ttl_ms, timeout_ms, drift_ms = template._ttl_ms, template._timeout_ms, template._drift_ms
     ttl_text = str(ttl_ms).encode()
+    size_key = _scripts.permit_size_key(template._name_key)
     retrying = None
     notices = template._notices
     channel = None if notices is None else template._wake_channel()
@@ -171,13 +200,14 @@ def _permit_attempts(
             batch, free = free[:PERMITS_PER_ROUND], free[PERMITS_PER_ROUND:]
             keys = [_scripts.permit_key(template._name_key, i) for i in batch]
             token = new_token()
+            unlock = [permit_release_argv(template._name_key, key, token) for key in keys]
             start = _clock.monotonic_ns()
             if not began:
                 began = start
             request = script(
                 _scripts.ACQUIRE_FIRST_FREE,
-                len(keys),
-                ((*keys, token, ttl_text),),
+                len(keys) + 1,
+                ((*keys, size_key, token, ttl_text, template._size),),
                 timeout_ms,
                 wait_all=False,
                 want_values=True,
@@ -186,25 +216,25 @@ def _permit_attempts(
             try:
                 result = (yield request)[0]
             except BaseException:
-                yield from unlock_keys(name, [(key, token) for key in keys], timeout_ms)
+                yield from unlock_keys(name, unlock, timeout_ms, _PERMIT_RELEASE, 3)
                 raise
             codes, elapsed_ns, positions = result[0], result[1], result[3]
             won, won_codes = _judgement.first_free_taken(
                 codes, positions, elapsed_ns, ttl_ms, drift_ms, session.quorum
             )
             stray = _judgement.first_free_strays(codes, positions, len(keys), won)
-            pairs = [(keys[position - 1], token) for position in stray]
-            if pairs:
+            argvs = [unlock[position - 1] for position in stray]
+            if argvs:
                 try:
-                    yield script(_RELEASE, 1, pairs, timeout_ms, True, honour_backoff=True)
+                    yield script(_PERMIT_RELEASE, 3, argvs, timeout_ms, True, honour_backoff=True)
                 except BaseException:
-                    yield from unlock_keys(name, [(key, token) for key in keys], timeout_ms)
+                    yield from unlock_keys(name, unlock, timeout_ms, _PERMIT_RELEASE, 3)
                     raise
             if won:
                 permit = make_permit(batch[won - 1])
                 won_round = RoundResult(won_codes, elapsed_ns, result[2], None)
                 if not permit._took(token, start, None, won_round, began, tries - 1):
-                    yield from unlock_keys(name, [(permit.key, token)], timeout_ms)
+                    yield from unlock_keys(name, [unlock[won - 1]], timeout_ms, _PERMIT_RELEASE, 3)
                     raise HiredlockError(closed_while_acquiring(name))
                 live[permit._index] = permit
                 if taken is not None:
@@ -220,6 +250,9 @@ def _permit_attempts(
                     "; ".join(str(vote) for vote in votes),
                 )
                 _observe.log_failed_masters(name, "acquire", votes, waits_for_all=False)
+            stored = [-position for position in positions if position < 0]
+            if stored:  # (refused where the masters keep another size: no retry can help)
+                raise SemaphoreSizeMismatch(name, n_permits, max(stored, key=stored.count))
             if _judgement.quorum_unreachable(codes, session.quorum):
                 break  # (the other permits would meet the same masters)
         if retrying is None:
@@ -268,7 +301,7 @@ class SemaphoreBase(Generic[_P]):
         self._pin: list[Any] = [None]
 
         def make(index: int) -> _P:
-            permit = self._permit_class(client, name, index, ttl, **options)
+            permit = self._permit_class(client, name, index, ttl, permits, **options)
             share_pin([permit], self._pin)
             return permit
 

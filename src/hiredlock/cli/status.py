@@ -1,6 +1,7 @@
 """`hiredlock status NAME`: per master, the key, its PTTL and the holder's token prefix, the
 read-write and fair locks of the name (writer, readers, waiters in the queue) and the semaphore
-permits of the name that are held; then in which ways a majority holds the name.
+permits of the name that are held (and its size, stored with it); then in which ways a majority
+holds the name.
 
 exists and PTTL come from the library's inspect(); the token and the permits are read with plain
 redis-py commands per master (a short timeout, all masters at once), since inspect() only says
@@ -95,10 +96,14 @@ def _held(name: str, states: Sequence[Any], reads: Sequence[Read], quorum: int) 
         )
     per_permit = Counter(index for read in reads for index in read.permits or ())
     permits = sorted(index for index, count in per_permit.items() if count >= quorum)
+    sizes = Counter(state.permits for state in states if state.permits)
+    size = next((size for size, count in sizes.items() if count >= quorum), None)
     if permits:
+        # (the size is the one a majority keeps: see Redlock.inspect)
+        free = f"; {size} permits, {max(0, size - len(permits))} free" if size else ""
         lines.append(
             f"semaphore {name!r}: {len(permits)} permit{'s' if len(permits) > 1 else ''} held "
-            f"by a majority (permits {_listed(permits)}; quorum {quorum})"
+            f"by a majority (permits {_listed(permits)}; quorum {quorum}){free}"
         )
     return lines
 
@@ -125,9 +130,12 @@ def _kinds(state: Any, read: Read) -> str:
         parts.append(f"rwlock: {state.readers} reader{'s' if state.readers > 1 else ''}")
     if state.waiting:
         parts.append(f"fair queue: {state.waiting} waiting")
-    if read.permits:
-        plural = "s" if len(read.permits) > 1 else ""
-        parts.append(f"semaphore: permit{plural} {_listed(read.permits)}")
+    size = state.permits
+    if read.permits or size:
+        plural = "s" if read.permits and len(read.permits) > 1 else ""
+        held = f" permit{plural} {_listed(read.permits)}" if read.permits else ""
+        of = f" ({state.permits_held} of {size} held)" if size else ""
+        parts.append(f"semaphore:{held}{of}")
     return "; ".join(parts)
 
 
@@ -167,8 +175,9 @@ def _read(spec: Any, name: str) -> Read:
             token: Optional[str] = "(not a string)"
         else:
             token = _short(value)
-        # Every permit a semaphore of this name can have (the count is not kept on the
-        # masters): one MGET, None for a permit that is free (or not a string).
+        # Every permit a semaphore of this name can have (its size is on the masters only
+        # while permits are held, and a holder of another size may have taken any): one MGET,
+        # None for a permit that is free (or not a string).
         values = client.mget([_scripts.permit_key(key, index) for index in range(MAX_PERMITS)])
         permits = tuple(index for index, value in enumerate(values) if value is not None)
     except redis.RedisError:
