@@ -26,6 +26,7 @@ from ._core.scripts import MAX_TTL_MS, Outcome
 from ._engines.selection import available_backends
 from .fairlock import FairLock
 from .lock import Lock
+from .multilock import MultiLock
 from .redlock import KeyState, Redlock
 from .rlock import RLock
 from .rwlock import ReadLock, RWLock, WriteLock
@@ -51,6 +52,7 @@ __all__ = [
     "LockStats",
     "MasterConfigError",
     "MasterSpec",
+    "MultiLock",
     "NotHeld",
     "Outcome",
     "Permit",

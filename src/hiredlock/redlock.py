@@ -23,6 +23,7 @@ from ._core.validation import Duration
 from ._sync.flavour import BLOCKING
 from .fairlock import FairLock
 from .lock import Lock
+from .multilock import MultiLock
 from .rlock import RLock
 from .rwlock import RWLock
 from .semaphore import Semaphore
@@ -147,6 +148,23 @@ class Redlock(ClientBase):
         batch = list(locks)
         steps = _lock_batches.release_many_steps(self._session, "Redlock", Lock, batch)
         self._session.rounds.run(steps, _lock_state.pin_of(batch))
+
+    def multilock(
+        self,
+        names: Iterable[str | bytes],
+        ttl: Duration,
+        **options: Unpack[LockOptions[MultiLock]],
+    ) -> MultiLock:
+        """One lock over several names, taken only if all of them are: held when a quorum of
+        masters holds every name (one round per attempt; the validity counted once, from the
+        attempt's start), released together in one round. Options as lock()'s (retries,
+        blocking_timeout, `with`, auto_renew: every name extended in one round, lost when a
+        quorum no longer holds them all; release notices: a release of any name wakes a
+        waiter), but not fencing. Names are checked here (1 to 1,000 valid names, none twice):
+        no I/O happens here. Two multilocks sharing names never deadlock, in any order.
+        """
+        _options.check("Redlock.multilock", options, LockOptions)
+        return MultiLock(self, names, ttl, **options)
 
     def semaphore(
         self, name: str | bytes, permits: int, ttl: Duration, **options: Unpack[LockOptions[Lock]]

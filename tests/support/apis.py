@@ -247,6 +247,10 @@ class AsyncApi(_Facade):
     def lock(self, *args: Any, **kwargs: Any) -> LockFacade:
         return _wrap(self._runner, self._runner.run(lambda: self._target.lock(*args, **kwargs)))
 
+    def multilock(self, *args: Any, **kwargs: Any) -> LockFacade:
+        make = self._target.multilock
+        return _wrap(self._runner, self._runner.run(lambda: make(*args, **kwargs)))
+
     def rlock(self, *args: Any, **kwargs: Any) -> LockFacade:
         return _wrap(self._runner, self._runner.run(lambda: self._target.rlock(*args, **kwargs)))
 

@@ -18,6 +18,7 @@ from .errors import (
 )
 from .events import Event
 from .lock_steps import LockBase, closed_while_acquiring, counted_acquire, unlock_keys
+from .multilocks import MultiLockBase
 from .requests import SetNx, Steps, script
 from .session import Session
 from .tokens import new_token
@@ -112,7 +113,11 @@ def release_many_steps(
     # Every lock is checked before any lets go: a bad entry must not leave the ones before it
     # forgotten by their lock objects while their keys stay on the masters.
     for lock in batch:
-        if not isinstance(lock, lock_class) or lock._session is not session:
+        if (
+            not isinstance(lock, lock_class)
+            or isinstance(lock, MultiLockBase)  # (its release covers several keys: release())
+            or lock._session is not session
+        ):
             raise ValueError(f"release_many takes {lock_class.__name__}s of this {client}")
         if lock.token is None:
             raise NotHeld(f"lock {lock.name!r} is not held by this {lock_class.__name__} object")

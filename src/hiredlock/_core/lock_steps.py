@@ -27,7 +27,7 @@ from .errors import (
 )
 from .events import Event, EventKind, Operation
 from .lock_state import LockState
-from .requests import Cleanup, Pause, RunScript, Steps, script
+from .requests import Cleanup, Pause, RunScript, Steps, heard_on, script
 from .session import Session, Timing
 from .tokens import new_token
 from .validation import Duration
@@ -87,7 +87,7 @@ class LockBase(LockState):
                 session.check_open()
             # (the notices heard before this attempt: one that comes before the pause begins
             # ends the pause at once)
-            seen = 0 if notices is None else notices.heard.get(channel, 0)
+            seen = 0 if notices is None else heard_on(notices.heard, channel)
             token = new_token()
             start = _clock.monotonic_ns()
             try:

@@ -18,7 +18,7 @@ native engine's steps driver): its field indexes (_native/engine.pxd) mirror eac
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from typing import Any, NamedTuple, Optional, Union, final
+from typing import Any, NamedTuple, Union, final
 
 from .scripts import CLEANUP_WAIT_MS, Script
 
@@ -72,12 +72,13 @@ class Cleanup(NamedTuple):
 class Pause(NamedTuple):
     """Wait before the next attempt: `seconds`, or less when `notices` (the client's release
     notices, see _engines/notices.py; None: a plain sleep) has a notice on `channel` sooner (or
-    had one since it had heard `seen`), and then `settle` seconds more; cut short when the client
-    closes (`closing`, its threading.Event)."""
+    had one since it had heard `seen`: see heard_on), and then `settle` seconds more; cut short
+    when the client closes (`closing`, its threading.Event). `channel` may be a tuple of channels
+    (a multilock's): a notice on any of them ends the wait."""
 
     seconds: float
     notices: Any
-    channel: Optional[bytes]
+    channel: Union[bytes, tuple[bytes, ...], None]
     settle: float
     seen: int
     closing: Any
@@ -116,6 +117,20 @@ def script(
         honour_backoff,
         script.acquires,
     )
+
+
+def channels_of(channel: bytes | tuple[bytes, ...]) -> tuple[bytes, ...]:
+    """The channels of a Pause's `channel` (one, or a tuple of them)."""
+    return channel if isinstance(channel, tuple) else (channel,)
+
+
+def heard_on(heard: dict[bytes, int], channel: bytes | tuple[bytes, ...] | None) -> int:
+    """How many notices the release notices' `heard` counted on `channel` (on all of a tuple's
+    channels together): a waiter reads it before its attempt, and its wait ends at once when the
+    count has moved since (a notice came in between)."""
+    if isinstance(channel, tuple):
+        return sum(heard.get(one, 0) for one in channel)
+    return 0 if channel is None else heard.get(channel, 0)
 
 
 def items_of(request: RoundRequest) -> int:

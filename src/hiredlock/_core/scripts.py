@@ -71,6 +71,35 @@ EXTEND = _script(
 )
 
 
+# A multilock (see _core/multilocks.py): KEYS = its names' keys, ARGV[1] = token. Each master
+# takes all of them or none (a script runs alone), so its vote is the whole lock's.
+# Taking: SET NX PX each (ARGV[2] = ttl ms); where one is held, the ones set are deleted: 0.
+MULTI_ACQUIRE = _script(
+    "for i, key in ipairs(KEYS) do "
+    "if not redis.call('set', key, ARGV[1], 'NX', 'PX', ARGV[2]) then "
+    "for j = 1, i - 1 do redis.call('del', KEYS[j]) end return 0 end "
+    "end return 1",
+    acquires=True,
+)
+
+# Releasing (or unlocking after a failed attempt): deletes each key that is ours and announces
+# it on its name's channel; 1 when all of them were ours.
+MULTI_RELEASE = _script(
+    "local ours = 0 "
+    "for _, key in ipairs(KEYS) do "
+    "if redis.call('get', key) == ARGV[1] then redis.call('del', key) ours = ours + 1 "
+    "redis.pcall('publish', 'hiredlock:released:' .. key, '') end "
+    "end if ours == #KEYS then return 1 end return 0"
+)
+
+# Extending (ARGV[2] = ttl ms): only where every key is still ours (a key that is gone stays
+# gone, and the others are not re-armed without it).
+MULTI_EXTEND = _script(
+    "for _, key in ipairs(KEYS) do "
+    "if redis.call('get', key) ~= ARGV[1] then return 0 end end "
+    "for _, key in ipairs(KEYS) do redis.call('pexpire', key, ARGV[2]) end return 1"
+)
+
 # Fencing, round 1: take the lock and, only if it was taken, bump the name's counter (KEYS[2]).
 # Returns the new counter, or 0 when the lock is held by another token. ARGV: token, ttl ms.
 ACQUIRE_FENCED = _script(

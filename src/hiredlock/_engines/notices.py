@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .._core import fork as _fork
 from .._core.masters import MasterSpec
+from .._core.requests import channels_of, heard_on
 from . import resolver as _resolver
 from .connect import direct_address
 from .link import CONNECTING, READY, Link
@@ -203,22 +204,28 @@ class NoticeBoard:
         # it with an event loop unregisters it first)
         self.on_drop: Callable[[Subscriber], None] = _nothing
 
-    def add(self, channel: bytes, waiter: Any) -> bool:
-        """Registers a waiter; True when its channel was not subscribed yet."""
-        waiting = self.waiters.get(channel)
-        if waiting is None:
-            self.waiters[channel] = waiting = set()
-        waiting.add(waiter)
-        return self.idle_since.pop(channel, None) is None and len(waiting) == 1
+    def add(self, channel: bytes | tuple[bytes, ...], waiter: Any) -> bool:
+        """Registers a waiter on a channel (or on each of a tuple's); True when one of them was
+        not subscribed yet."""
+        new = False
+        for one in channels_of(channel):
+            waiting = self.waiters.get(one)
+            if waiting is None:
+                self.waiters[one] = waiting = set()
+            waiting.add(waiter)
+            if self.idle_since.pop(one, None) is None and len(waiting) == 1:
+                new = True
+        return new
 
-    def remove(self, channel: bytes, waiter: Any, now: float) -> None:
-        waiting = self.waiters.get(channel)
-        if waiting is None:
-            return
-        waiting.discard(waiter)
-        if not waiting:
-            del self.waiters[channel]
-            self.idle_since[channel] = now
+    def remove(self, channel: bytes | tuple[bytes, ...], waiter: Any, now: float) -> None:
+        for one in channels_of(channel):
+            waiting = self.waiters.get(one)
+            if waiting is None:
+                continue
+            waiting.discard(waiter)
+            if not waiting:
+                del self.waiters[one]
+                self.idle_since[one] = now
 
     def wanted(self) -> bool:
         return bool(self.waiters or self.idle_since)
@@ -355,9 +362,9 @@ class ThreadNotices:
         self._kick_r: Optional[socket.socket] = None
         self._kick_w: Optional[socket.socket] = None
 
-    def wait(self, channel: bytes, timeout: float, seen: int = 0) -> bool:
-        """True when woken by a notice on `channel` (or when it had more than `seen` notices
-        already), False at the timeout."""
+    def wait(self, channel: bytes | tuple[bytes, ...], timeout: float, seen: int = 0) -> bool:
+        """True when woken by a notice on `channel` (or any of a tuple's; or when it had more
+        than `seen` notices already: see heard_on), False at the timeout."""
         board = self._board
         if board.forget_parent():
             self._thread = None  # (the parent's: it does not run here)
@@ -368,7 +375,7 @@ class ThreadNotices:
                 return False
             new = board.add(channel, waiter)
             self._ensure_thread()
-            if board.heard.get(channel, 0) != seen:
+            if heard_on(board.heard, channel) != seen:
                 board.remove(channel, waiter, time.monotonic())
                 return True
         if new:

@@ -9,6 +9,7 @@ async with AsyncRedlock(["redis://127.0.0.1:6379/0", ...]) as redlock:
 from .._core.batches import KeyState
 from ._fairlock import AsyncFairLock
 from ._lock import AsyncLock, AsyncRLock
+from ._multilock import AsyncMultiLock
 from ._redlock import AsyncRedlock
 from ._rwlock import AsyncReadLock, AsyncRWLock, AsyncWriteLock
 from ._semaphore import AsyncPermit, AsyncSemaphore
@@ -16,6 +17,7 @@ from ._semaphore import AsyncPermit, AsyncSemaphore
 __all__ = [
     "AsyncFairLock",
     "AsyncLock",
+    "AsyncMultiLock",
     "AsyncPermit",
     "AsyncRLock",
     "AsyncRWLock",

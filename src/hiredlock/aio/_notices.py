@@ -15,6 +15,7 @@ import itertools
 import time
 from typing import TYPE_CHECKING, Optional
 
+from .._core.requests import heard_on
 from .._engines.notices import NoticeBoard, Subscriber
 from .._engines.poller import POLLOUT
 
@@ -58,9 +59,10 @@ class LoopNotices:
         self._timer: Optional[asyncio.TimerHandle] = None
         self._timer_due = 0.0  # (time.monotonic())
 
-    async def wait(self, channel: bytes, timeout: float, seen: int = 0) -> bool:
-        """True when woken by a notice on `channel` (or when it had more than `seen` notices
-        already), False at the timeout (or when the client is closed meanwhile)."""
+    async def wait(self, channel: bytes | tuple[bytes, ...], timeout: float, seen: int = 0) -> bool:
+        """True when woken by a notice on `channel` (or any of a tuple's; or when it had more
+        than `seen` notices already: see heard_on), False at the timeout (or when the client is
+        closed meanwhile)."""
         loop = asyncio.get_running_loop()
         board = self._board
         if board.forget_parent():
@@ -73,7 +75,7 @@ class LoopNotices:
             self._stop()
             self._forget_waits()  # (the closed loop's tasks: they will never run again)
             self._loop = loop
-        if board.heard.get(channel, 0) != seen:
+        if heard_on(board.heard, channel) != seen:
             return True
         future: asyncio.Future[bool] = loop.create_future()
         waiter = _FutureWaiter(future)

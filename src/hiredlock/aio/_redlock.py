@@ -22,6 +22,7 @@ from .._core.validation import Duration
 from ._fairlock import AsyncFairLock
 from ._flavour import ASYNCIO
 from ._lock import AsyncLock, AsyncRLock
+from ._multilock import AsyncMultiLock
 from ._rounds import AsyncRounds
 from ._rwlock import AsyncRWLock
 from ._semaphore import AsyncSemaphore
@@ -85,6 +86,17 @@ class AsyncRedlock(ClientBase):
         fair = fair if fair is False else _validation.flag(fair, "fair")
         lock_options: LockOptions[AsyncLock] = options
         return (AsyncFairLock if fair else AsyncLock)(self, name, ttl, **lock_options)
+
+    def multilock(
+        self,
+        names: Iterable[str | bytes],
+        ttl: Duration,
+        **options: Unpack[LockOptions[AsyncMultiLock]],
+    ) -> AsyncMultiLock:
+        """As Redlock.multilock, for asyncio: an AsyncMultiLock (`await acquire()`, `async
+        with`): one lock over several names, taken only if all of them are."""
+        _options.check("AsyncRedlock.multilock", options, LockOptions)
+        return AsyncMultiLock(self, names, ttl, **options)
 
     def semaphore(
         self,

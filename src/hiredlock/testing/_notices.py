@@ -13,6 +13,8 @@ import asyncio
 import threading
 from typing import TYPE_CHECKING, Any, Optional
 
+from .._core.requests import channels_of, heard_on
+
 if TYPE_CHECKING:
     from .._core.session import Session
     from ._masters import MemoryMasters
@@ -49,32 +51,35 @@ class _MemoryNotices:
     def _wake(self, waiter: Any, notified: bool) -> None:
         raise NotImplementedError
 
-    def _enter(self, channel: bytes, seen: int, waiter: Any) -> Optional[bool]:
-        """Registers `waiter` on `channel`; or the wait's answer at once: False when the client
-        is closed, True when the channel had a notice since `seen`."""
+    def _enter(self, channel: bytes | tuple[bytes, ...], seen: int, waiter: Any) -> Optional[bool]:
+        """Registers `waiter` on `channel` (or on each of a tuple's); or the wait's answer at
+        once: False when the client is closed, True when it had a notice since `seen` (see
+        heard_on)."""
         with self._mutex:
             if self._session.closed:
                 return False
-            if self.heard.get(channel, 0) != seen:
+            if heard_on(self.heard, channel) != seen:
                 return True
-            self._waiters.setdefault(channel, set()).add(waiter)
+            for one in channels_of(channel):
+                self._waiters.setdefault(one, set()).add(waiter)
         return None
 
-    def _leave(self, channel: bytes, waiter: Any) -> None:
+    def _leave(self, channel: bytes | tuple[bytes, ...], waiter: Any) -> None:
         with self._mutex:
-            waiting = self._waiters.get(channel)
-            if waiting is not None:
-                waiting.discard(waiter)
-                if not waiting:
-                    del self._waiters[channel]
+            for one in channels_of(channel):
+                waiting = self._waiters.get(one)
+                if waiting is not None:
+                    waiting.discard(waiter)
+                    if not waiting:
+                        del self._waiters[one]
 
 
 class ThreadMemoryNotices(_MemoryNotices):
     """A blocking client's: wait() blocks the calling thread until a notice or the timeout."""
 
-    def wait(self, channel: bytes, timeout: float, seen: int = 0) -> bool:
-        """True when woken by a notice on `channel` (or when it had more than `seen` notices
-        already), False at the timeout."""
+    def wait(self, channel: bytes | tuple[bytes, ...], timeout: float, seen: int = 0) -> bool:
+        """True when woken by a notice on `channel` (or any of a tuple's; or when it had more
+        than `seen` notices already), False at the timeout."""
         event = threading.Event()
         answer = self._enter(channel, seen, event)
         if answer is not None:
@@ -92,9 +97,10 @@ class LoopMemoryNotices(_MemoryNotices):
     """An asyncio client's: wait() awaits a notice or the timeout. A notice may come from any
     thread (another client of the same masters): it wakes the waiter on its loop."""
 
-    async def wait(self, channel: bytes, timeout: float, seen: int = 0) -> bool:
-        """True when woken by a notice on `channel` (or when it had more than `seen` notices
-        already), False at the timeout (or when the client is closed meanwhile)."""
+    async def wait(self, channel: bytes | tuple[bytes, ...], timeout: float, seen: int = 0) -> bool:
+        """True when woken by a notice on `channel` (or any of a tuple's; or when it had more
+        than `seen` notices already), False at the timeout (or when the client is closed
+        meanwhile)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
         answer = self._enter(channel, seen, future)
