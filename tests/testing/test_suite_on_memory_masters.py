@@ -65,6 +65,14 @@ from test_lock_lifecycle import (  # noqa: E402, F401  (collected here)
     test_deleting_the_fence_counter_of_a_held_lock_is_refused,
     test_renewal_gives_up_at_once_when_a_majority_says_the_key_is_gone,
 )
+from test_multilock import (  # noqa: E402, F401  (collected here)
+    test_a_release_of_any_name_wakes_a_waiter,
+    test_extend_and_auto_renew_cover_every_name,
+    test_held_on_a_minority_of_masters_is_not_held,
+    test_one_name_taken_takes_none_and_leaves_nothing,
+    test_takes_every_name_and_releases_them_together,
+    test_two_multilocks_in_opposite_orders_never_deadlock,
+)
 from test_quorum import (  # noqa: E402, F401  (collected here)
     test_blocking_timeout_returns_false,
     test_context_manager_lock,
@@ -107,6 +115,12 @@ from test_semaphore import (  # noqa: E402, F401  (collected here)
     test_permit_is_a_lock_extend_and_release_twice,
     test_three_permits_on_five_masters,
     test_three_threads_in_with_fourth_refused,
+)
+from test_semaphore_size import (  # noqa: E402, F401  (collected here)
+    test_a_new_size_works_once_the_old_holders_released,
+    test_inspect_shows_the_size_and_the_permits_held,
+    test_the_size_record_lives_as_long_as_its_permits,
+    test_two_sizes_never_give_more_holders_than_the_smaller,
 )
 from test_wake import (  # noqa: E402, F401  (collected here)
     test_a_dead_holders_lock_is_taken_when_its_keys_expire,
