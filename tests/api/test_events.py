@@ -161,11 +161,16 @@ def test_every_kind_tells_its_acquire_and_release(engine, api, make_redlock, mas
         pass
     with rw.write():
         pass
+    with rl.multilock([f"{key}:m1", f"{key}:m2"], 10):
+        pass
     rl.release_many(rl.acquire_many([f"{key}:a", f"{key}:b"], 10))
-    expected = ["RLock", "FairLock", "Semaphore", "ReadLock", "WriteLock", "Lock", "Lock"]
+    expected = [
+        "RLock", "FairLock", "Semaphore", "ReadLock", "WriteLock", "MultiLock", "Lock", "Lock"
+    ]  # fmt: skip
     acquired = seen.of("acquired")
     assert [event.lock_kind for event in acquired] == expected
     assert [event.lock_kind for event in seen.of("released")] == expected
+    assert acquired[-3].name == (f"{key}:m1", f"{key}:m2")  # (a multilock's: all its names)
     assert [event.name for event in acquired][-2:] == [f"{key}:a", f"{key}:b"]
     assert all(_all_ok(event.votes, skipped=True) for event in acquired)
     assert seen.of("degraded") == []

@@ -48,7 +48,8 @@ class Event(NamedTuple):
     """One thing a lock did.
 
     kind:      what happened (see EventKind).
-    name:      the lock's name, as given (a semaphore's, a read-write lock's: the shared name).
+    name:      the lock's name, as given (a semaphore's, a read-write lock's: the shared name; a
+               multilock's: the tuple of its names).
     lock_kind: "Lock", "RLock", "FairLock", "Semaphore", "ReadLock", "WriteLock", "MultiLock".
     votes:     each master's answer in the round the event is about (one Vote per master).
     duration:  seconds the call took: acquired/acquire_failed, the whole wait (every attempt and
@@ -63,7 +64,7 @@ class Event(NamedTuple):
     """
 
     kind: EventKind
-    name: str | bytes
+    name: str | bytes | tuple[str | bytes, ...]
     lock_kind: str
     votes: tuple[Vote, ...] = ()
     duration: float = 0.0

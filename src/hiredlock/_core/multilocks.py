@@ -68,6 +68,7 @@ class MultiLockBase(LockBase):
     __slots__ = ("_keys", "_names")
 
     _kind = "MultiLock"
+    _event_kind = "MultiLock"
 
     def __init__(
         self,
