@@ -27,7 +27,7 @@ from ._engines.selection import available_backends
 from .fairlock import FairLock
 from .lock import Lock
 from .multilock import MultiLock
-from .redlock import KeyState, Redlock
+from .redlock import KeyState, Redlock, Removed
 from .rlock import RLock
 from .rwlock import ReadLock, RWLock, WriteLock
 from .semaphore import Permit, Semaphore
@@ -61,6 +61,7 @@ __all__ = [
     "RWLock",
     "ReadLock",
     "Redlock",
+    "Removed",
     "Semaphore",
     "SemaphoreSizeMismatch",
     "TooManyExtensions",

@@ -134,6 +134,15 @@ class Lock(WithStatement, LockBase):
         timing = self._extend_timing(ttl)
         self._rounds.run(self._extend_steps(timing), self._pin)
 
+    def check(self) -> float:
+        """Asks every master how long our key lives still, and returns the validity that proves
+        (seconds; `held` and `validity` follow it), without re-arming the lock. Raises LockLost
+        (and sets `lost`) when fewer than a quorum hold our token, NotHeld when this object holds
+        none. The way to learn the validity of an adopted lock (lock(..., token=)) before
+        extending it."""
+        validity: float = self._rounds.run(self._check_steps(), self._pin)
+        return validity
+
     # -- what LockBase asks of a blocking lock ------------------------------------------------
 
     def _new_lost_event(self) -> threading.Event:

@@ -14,11 +14,11 @@ from ._core import lock_state as _lock_state
 from ._core import lock_steps as _lock_steps
 from ._core import options as _options
 from ._core import validation as _validation
-from ._core.batches import KeyState
+from ._core.batches import KeyState, Removed
 from ._core.client import ClientBase, NameOrFactory
 from ._core.compat import Self, Unpack
 from ._core.errors import Vote
-from ._core.options import LockMakerOptions, LockOptions
+from ._core.options import AdoptingOptions, LockCallOptions, LockMakerOptions, LockOptions
 from ._core.validation import Duration
 from ._sync.flavour import BLOCKING
 from .fairlock import FairLock
@@ -28,7 +28,7 @@ from .rlock import RLock
 from .rwlock import RWLock
 from .semaphore import Semaphore
 
-__all__ = ["KeyState", "Redlock"]
+__all__ = ["KeyState", "Redlock", "Removed"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -77,7 +77,7 @@ class Redlock(ClientBase):
         ttl: Duration,
         *,
         fair: Literal[False] = False,
-        **options: Unpack[LockOptions[Lock]],
+        **options: Unpack[AdoptingOptions[Lock]],
     ) -> Lock: ...
 
     @overload
@@ -87,16 +87,21 @@ class Redlock(ClientBase):
         ttl: Duration,
         *,
         fair: Literal[True],
-        **options: Unpack[LockOptions[Lock]],
+        **options: Unpack[AdoptingOptions[Lock]],
     ) -> FairLock: ...
 
     @overload
     def lock(
-        self, name: str | bytes, ttl: Duration, *, fair: bool, **options: Unpack[LockOptions[Lock]]
+        self,
+        name: str | bytes,
+        ttl: Duration,
+        *,
+        fair: bool,
+        **options: Unpack[AdoptingOptions[Lock]],
     ) -> Lock: ...
 
     def lock(
-        self, name: str | bytes, ttl: Duration, **options: Unpack[LockMakerOptions[Lock]]
+        self, name: str | bytes, ttl: Duration, **options: Unpack[LockCallOptions[Lock]]
     ) -> Lock:
         """A lock on `name` (the Redis key) held for `ttl` seconds at most. No I/O happens here.
 
@@ -111,10 +116,10 @@ class Redlock(ClientBase):
         wake:             woken by release notices while waiting (None: this Redlock's `wake`).
         fair:             a FairLock: blocking acquires are granted in the order they were made.
         """
-        _options.check("Redlock.lock", options, LockMakerOptions)
+        _options.check("Redlock.lock", options, LockCallOptions)
         fair = options.pop("fair", False)
         fair = fair if fair is False else _validation.flag(fair, "fair")
-        lock_options: LockOptions[Lock] = options
+        lock_options: AdoptingOptions[Lock] = options
         return (FairLock if fair else Lock)(self, name, ttl, **lock_options)
 
     def acquire_many(self, names: Iterable[str | bytes], ttl: Duration) -> list[Optional[Lock]]:
@@ -227,6 +232,19 @@ class Redlock(ClientBase):
             return locked_call  # type: ignore[return-value]
 
         return decorate
+
+    def force_release(self, name: str | bytes) -> list[Removed]:
+        """An operator's tool: removes every key of `name` on every master, whoever holds it:
+        its lock's (or fair lock's) key and queue, its read-write lock's keys, its semaphore's
+        permits, and announces the release to waiters. Its fence counter stays (fences must only
+        grow; delete_fence_counter removes it). Returns what each master removed (a Removed
+        each: its outcome, and key -> how many keys went; a master that failed removed nothing,
+        check `outcome`). The holders find out at their next extend, renewal or release
+        (LockLost). Refused while this Redlock holds the lock."""
+        report: list[Removed] = self._session.rounds.run(
+            _batches.force_release_steps(self._session, name)
+        )
+        return report
 
     def delete_fence_counter(self, name: str | bytes) -> None:
         """Deletes the fencing counter of `name` on every master (one small key each, kept

@@ -12,7 +12,10 @@ from . import validation as _validation
 from .errors import HiredlockError, QuorumUnreachable
 from .requests import Steps, script
 from .scripts import Outcome
+from .semaphores import MAX_PERMITS as _MAX_PERMITS
 from .session import Session
+
+_FAILED = frozenset(int(outcome) for outcome in _scripts.FAILURES)
 
 
 class KeyState(NamedTuple):
@@ -34,6 +37,19 @@ class KeyState(NamedTuple):
     # not answer): its number of permits (stored with it) and how many of them are held there
     permits: Optional[int] = None
     permits_held: Optional[int] = None
+    # the owner label its holder stored with its token (lock(..., owner=)): the lock's or fair
+    # lock's holder, else the read-write lock's writer (None: no label, or no answer)
+    owner: Optional[str] = None
+
+
+class Removed(NamedTuple):
+    """What force_release removed from one master: each key (or the permits of the name's
+    semaphore, as hiredlock:permit:*:<name>) with how many keys went."""
+
+    master: str
+    outcome: Outcome  # OK when the master answered; a failure outcome otherwise
+    removed: dict[bytes, int]  # key -> keys removed (only those where something was)
+    detail: Optional[str] = None
 
 
 def check_names(names: Any) -> None:
@@ -42,8 +58,9 @@ def check_names(names: Any) -> None:
 
 
 def inspect_steps(session: Session, name: Any) -> Steps:
-    """Every master's view of `name`: exists, PTTL, and whether it is ours, and the state of
-    the read-write and fair locks and the semaphore of that name (KeyState each; three rounds)."""
+    """Every master's view of `name`: exists, PTTL, and whether it is ours, the state of the
+    read-write and fair locks and the semaphore of that name, and its holder's owner label
+    (KeyState each; four rounds)."""
     key = _validation.lock_name(name)
     token = session.token_held_for(key)
     timeout_ms = session.master_timeout_ms(_scripts.MAX_TTL_MS)
@@ -64,10 +81,18 @@ def inspect_steps(session: Session, name: Any) -> Steps:
             want_values=True,
         )
     )[0]
+    holder_keys = (key, _scripts.rw_keys(key)[0])
+    offsets = range(0, _validation.MAX_OWNER_BYTES, _scripts.OWNER_CHUNK)
+    owner_argvs = tuple((*holder_keys, b"%d" % offset) for offset in offsets)
+    parts = yield script(_scripts.OWNER_PART, 2, owner_argvs, timeout_ms, True, want_values=True)
+    owners = [
+        _scripts.unpack_owner([part[3][i] if part[3] else 0 for part in parts])
+        for i in range(len(session.masters))
+    ]
     answered = (Outcome.OK, Outcome.TAKEN)
     states = []
-    for vote, value, kind_vote, kind_value, sem_code, sem_value in zip(
-        session.votes(result), result[3], session.votes(kinds), kinds[3], *semaphore[::3]
+    for vote, value, kind_vote, kind_value, owner, sem_code, sem_value in zip(
+        session.votes(result), result[3], session.votes(kinds), kinds[3], owners, *semaphore[::3]
     ):
         if vote.outcome not in answered:
             states.append(KeyState(vote.master, vote.outcome, None, None, None, vote.detail))
@@ -80,10 +105,14 @@ def inspect_steps(session: Session, name: Any) -> Steps:
             if sem_code in answered:
                 permits = _scripts.unpack_inspect_permits(sem_value)
             states.append(
-                KeyState(vote.master, Outcome.OK, exists, pttl, ours, None, *kind_state, *permits)
+                KeyState(
+                    vote.master, Outcome.OK, exists, pttl, ours, None, *kind_state, *permits, owner
+                )
             )
         else:
-            states.append(KeyState(vote.master, Outcome.OK, exists, pttl, ours, kind_vote.detail))
+            states.append(
+                KeyState(vote.master, Outcome.OK, exists, pttl, ours, kind_vote.detail, owner=owner)
+            )
     return states
 
 
@@ -130,3 +159,36 @@ def delete_fence_counter_steps(session: Session, name: Any) -> Steps:
             session.votes(result),
         )
     return None
+
+
+def force_release_steps(session: Session, name: Any) -> Steps:
+    """Removes every key of `name` on every master (its lock's, or fair lock's, key and queue,
+    its read-write lock's keys, its semaphore's permits) whoever holds them, but not its fence
+    counter (fences must only grow: see delete_fence_counter_steps); what each master removed
+    (Removed each). Refused while this client holds the lock."""
+    key = _validation.lock_name(name)
+    if session.token_held_for(key):
+        raise HiredlockError(f"lock {name!r} is held by this client: release it instead")
+    channels = (_scripts.released_channel(key), _scripts.released_channel(_scripts.rw_keys(key)[0]))
+    parts = (key, *_scripts.rw_keys(key), *_scripts.fair_keys(key))
+    argvs = [(part, b"0", *channels) for part in parts]
+    argvs.append((key, b"%d" % _MAX_PERMITS, *channels))
+    permits = _scripts.PERMIT_KEY_PREFIX + b"*:" + key  # (how the permits are reported)
+    timeout_ms = session.master_timeout_ms(_scripts.MAX_TTL_MS)
+    results = yield script(_scripts.FORCE_DELETE, 1, argvs, timeout_ms, True, want_values=True)
+    report = []
+    for i, master in enumerate(session.master_names):
+        vote = session.votes(results[0])[i]
+        failed = next(
+            (session.votes(result)[i] for result in results if result[0][i] in _FAILED), None
+        )
+        if failed is not None:
+            report.append(Removed(master, failed.outcome, {}, failed.detail))
+            continue
+        removed: dict[bytes, int] = {}
+        for part, result in zip((*parts, permits), results):
+            count = result[3][i] if result[3] else 0
+            if count:
+                removed[part] = count
+        report.append(Removed(vote.master, Outcome.OK, removed))
+    return report

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 _new = tuple.__new__  # a NamedTuple request from its fields, in C (see _acquire_request)
 
 _OK = int(_scripts.Outcome.OK)
+_TOKEN_CHARS = 2 * _scripts.TOKEN_BYTES
 _RELEASE = _scripts.RELEASE
 _EXTEND = _scripts.EXTEND
 _RELEASE_SHA = _RELEASE.sha
@@ -59,6 +60,7 @@ class LockState:
         "__weakref__",
         "_acquired_at_ns",
         "_acquisition",
+        "_adopted",
         "_auto_renew",
         "_blocking_timeout",
         "_channel",
@@ -87,6 +89,7 @@ class LockState:
         "_renewed",
         "_rounds",
         "_session",
+        "_suffix",
         "_timeout_ms",
         "_token",
         "_told_kind",
@@ -113,6 +116,8 @@ class LockState:
         max_extensions: Optional[int] = None,
         fencing: bool = False,
         wake: Optional[bool] = None,
+        owner: Optional[str] = None,
+        token: Optional[str] = None,
     ) -> None:
         self._session = session = client.session
         self._rounds = session.rounds
@@ -177,6 +182,12 @@ class LockState:
         self._renewed = _NOT_RENEWED  # (renewals done, renewals retried) of this acquisition
         self._released_ns = 0  # when the last acquisition ended (released or lost)
         self._told_kind = self._event_kind
+        # what an owner label adds to each token this lock stores on the masters (see
+        # validation.owner_label): nothing without one, so the rounds are those of a plain lock
+        self._suffix = b"" if owner is None else _validation.owner_label(owner)
+        self._adopted = False  # holds a token handed over by another holder (see _adopt)
+        if token is not None:
+            self._adopt(_validation.lock_token(token))
 
     # -- the rounds of this kind of lock (read and write locks say otherwise) -------------------
 
@@ -218,6 +229,11 @@ class LockState:
 
     def _extend_request(self, token: bytes, ttl_ms: int, timeout_ms: float) -> Request:
         return script(_EXTEND, 1, ((self._key, token, str(ttl_ms).encode()),), timeout_ms, True)
+
+    def _check_request(self, token: bytes) -> Request:
+        """check()'s round: each master says how long our key lives still (see CHECK)."""
+        argvs = ((self._key, token),)
+        return script(_scripts.CHECK, 1, argvs, self._timeout_ms, True, want_values=True)
 
     def _wake_channel(self) -> bytes:
         """Where this lock's release is announced (see _engines/notices.py)."""
@@ -272,7 +288,34 @@ class LockState:
         token = self._token
         if token is None or self._generation != _fork.generation:
             return None
-        return token.decode()
+        return token[:_TOKEN_CHARS].decode()
+
+    @property
+    def owner(self) -> Optional[str]:
+        """The owner label stored with this lock's token on the masters (None: no label)."""
+        return self._suffix[1:].decode() if self._suffix else None
+
+    @property
+    def adopted(self) -> bool:
+        """True while this object holds a token handed over by another holder (lock(...,
+        token=)): extend(), check() or release() it; acquire() raises AlreadyAcquired."""
+        return self._adopted and self._token is not None
+
+    def _adopt(self, token: bytes) -> None:
+        """Takes over a token another holder took: no I/O, and no validity until an extend or a
+        check proves the lock is still held (when it was taken is not known here)."""
+        if self._fencing:
+            raise ValueError(
+                "fencing cannot be used with token=: the fence of a lock taken elsewhere is not "
+                "known here (its taker passes lock.fence along with its token)"
+            )
+        if self._auto_renew:
+            raise ValueError(
+                "auto_renew cannot be used with token=: renewal starts at an acquire; an "
+                "adopted lock is extended by extend()"
+            )
+        self._token = token + self._suffix
+        self._adopted = True
 
     @property
     def lost(self) -> Any:
@@ -345,6 +388,7 @@ class LockState:
         self._gate = self._new_gate()
         self._lost_event = None
         self._token = None
+        self._adopted = False
         self._lost = False
         self._fence = None
         self._valid_until_ns = 0
@@ -360,6 +404,7 @@ class LockState:
         acquire: its keys expire with their ttl, and its renewals stop."""
         with self._mutex:
             self._token = None
+            self._adopted = False
             self._lost = False
             self._fence = None
             self._valid_until_ns = 0
@@ -465,6 +510,7 @@ class LockState:
                 raise NotHeld(f"lock {self._name!r} is not held by this {self._kind} object")
             lost = self._lost
             self._token = None
+            self._adopted = False
             self._lost = False
             self._fence = None
             self._valid_until_ns = 0

@@ -71,6 +71,11 @@ class LockBase(LockState):
                 raise AlreadyAcquired(
                     f"lock {self._name!r} is already acquired by this {self._kind} object"
                 )
+            if self._adopted and not self._lost:
+                raise AlreadyAcquired(
+                    f"lock {self._name!r} holds a token handed over by another holder: "
+                    "extend(), check() or release() it"
+                )
             self._forget_expired()
         retrying = None
         notices = self._notices
@@ -81,6 +86,7 @@ class LockBase(LockState):
             splits = 0  # attempts in a row that split the masters with rivals
         session = self._session
         refused = began = 0  # this call's attempts refused so far, and when the first began
+        suffix = self._suffix  # (an owner label: stored after each token)
         while True:
             if session.closed:  # (closed during the pause: no more attempts)
                 self._not_taken("closed", began, refused, refused)
@@ -89,6 +95,8 @@ class LockBase(LockState):
             # ends the pause at once)
             seen = 0 if notices is None else heard_on(notices.heard, channel)
             token = new_token()
+            if suffix:
+                token += suffix
             start = _clock.monotonic_ns()
             try:
                 if self._fencing:
@@ -302,6 +310,36 @@ class LockBase(LockState):
         if _observe.masters_log.isEnabledFor(_observe.DEBUG):
             _observe.log_failed_masters(self._name, operation, self._last_votes)
         return result
+
+    def _check_steps(self) -> Steps:
+        """Asks every master how long our key lives still; the validity this proves (from this
+        round's start, less the drift), or LockLost (and the lock marked lost) when fewer than a
+        quorum hold our token."""
+        self._this_process()
+        token = self._token
+        if token is None or self._lost:
+            raise NotHeld(f"lock {self._name!r} is not held by this {self._kind} object")
+        acquisition = self._acquisition
+        start = _clock.monotonic_ns()
+        result = (yield self._check_request(token))[0]
+        session = self._session
+        lives = sorted(
+            (value - 1 for code, value in zip(result[0], result[3] or ()) if code == _OK),
+            reverse=True,
+        )
+        if len(lives) >= session.quorum:
+            live_ms = lives[session.quorum - 1]  # every key of this quorum lives that long
+            live_ms -= _judgement.drift_ms(live_ms, session.drift_factor)
+            valid_until = start + int(live_ms * 1_000_000)
+            if valid_until > _clock.monotonic_ns():
+                with self._mutex:
+                    if acquisition == self._acquisition:
+                        self._valid_until_ns = valid_until
+                return self.validity
+        self._last_votes = session.votes(result)
+        if self._mark_lost(acquisition, None):
+            raise LockLost(f"lock {self._name!r} is not held by a quorum", self._last_votes)
+        raise NotHeld(f"lock {self._name!r} was released while it was being checked")
 
     def _renew_steps(self, acquisition: int) -> Steps:
         """Extends the lock if it is still this acquisition's; returns when to renew next (None:

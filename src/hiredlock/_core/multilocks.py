@@ -135,6 +135,13 @@ class MultiLockBase(LockBase):
         argv = (*self._keys, token, str(ttl_ms).encode())
         return script(_EXTEND, len(self._keys), (argv,), timeout_ms, True)
 
+    def _check_request(self, token: bytes) -> Request:
+        # (every name must be ours on a master for its vote to count: the shortest life of them)
+        argvs = ((*self._keys, token),)
+        return script(
+            _scripts.MULTI_CHECK, len(self._keys), argvs, self._timeout_ms, True, want_values=True
+        )
+
     def _wake_channel(self) -> tuple[bytes, ...]:  # type: ignore[override]
         """A release of any of the names wakes a waiter (see _engines/notices.py)."""
         return tuple(_scripts.released_channel(key) for key in self._keys)

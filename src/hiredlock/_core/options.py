@@ -26,6 +26,19 @@ class LockOptions(TypedDict, Generic[_L], total=False):
     max_extensions: Optional[int]
     fencing: bool
     wake: Optional[bool]
+    owner: Optional[str]
+
+
+class AdoptingOptions(LockOptions[_L], Generic[_L], total=False):
+    """lock()'s: a lock's options, and the token of a lock another holder took (hand-over)."""
+
+    token: Optional[str]
+
+
+class LockCallOptions(AdoptingOptions[_L], Generic[_L], total=False):
+    """lock()'s, with whether it is a fair lock."""
+
+    fair: bool
 
 
 class LockMakerOptions(LockOptions[_L], Generic[_L], total=False):

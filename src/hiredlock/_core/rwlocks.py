@@ -98,6 +98,10 @@ class ReaderBase(_SideBase):
     _undo_script = _scripts.READ_UNDO
     _extend_script = _scripts.READ_EXTEND
 
+    def _check_request(self, token: bytes) -> Request:
+        argvs = ((self._key, token),)
+        return script(_scripts.READ_CHECK, 1, argvs, self._timeout_ms, True, want_values=True)
+
 
 class WriterBase(_SideBase):
     """A write lock: the one writer of the name (its key is the writer's)."""

@@ -100,6 +100,18 @@ MULTI_EXTEND = _script(
     "for _, key in ipairs(KEYS) do redis.call('pexpire', key, ARGV[2]) end return 1"
 )
 
+# A multilock's check(): how long every key still lives (the shortest PTTL) + 1, or 0 when one of
+# them is not ours (as CHECK for one key).
+MULTI_CHECK = _script(
+    "local least = 2147483647 "
+    "for _, key in ipairs(KEYS) do "
+    "if redis.call('type', key)['ok'] ~= 'string' "
+    "or redis.call('get', key) ~= ARGV[1] then return 0 end "
+    "local pttl = redis.call('pttl', key) "
+    "if pttl >= 0 and pttl < least then least = pttl end "
+    "end return least + 1"
+)
+
 # Fencing, round 1: take the lock and, only if it was taken, bump the name's counter (KEYS[2]).
 # Returns the new counter, or 0 when the lock is held by another token. ARGV: token, ttl ms.
 ACQUIRE_FENCED = _script(
@@ -331,6 +343,74 @@ READ_EXTEND = _script(
     "if redis.call('pttl', KEYS[2]) < tonumber(ARGV[2]) then "
     "redis.call('pexpire', KEYS[2], ARGV[2]) end "
     "return 1"
+)
+
+
+# A holder's check (lock.check()): how long its key lives still, where it holds our token:
+# PTTL + 1 (a key without expiry counts as MAX_TTL_MS), else 0. ARGV[1] = token.
+CHECK = _script(
+    "if redis.call('type', KEYS[1])['ok'] ~= 'string' "
+    "or redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end "
+    "local pttl = redis.call('pttl', KEYS[1]) "
+    "if pttl < 0 then pttl = 2147483647 end "
+    "return pttl + 1"
+)
+
+# A reader's check: how long it stays live (its expiry on the master's clock, less now) + 1, or 0
+# (KEYS[1] = the readers' set).
+READ_CHECK = _script(
+    _NOW + "local expiry = redis.call('zscore', KEYS[1], ARGV[1]) "
+    "if not expiry or tonumber(expiry) <= now then return 0 end "
+    "return tonumber(expiry) - now + 1"
+)
+
+# An owner label is stored after the holder's token (a space between: see
+# validation.owner_label). The engines read integer replies only, so inspect() reads the label of
+# a name's holder in chunks of OWNER_CHUNK bytes, each packed after a leading 1 (it fits a Lua
+# number exactly): KEYS = the name's key and its read-write lock's writer key (the first that
+# holds a string is read), ARGV[1] = the chunk's offset. 0: no label there; 1: past its end.
+OWNER_CHUNK = 6
+OWNER_PART = _script(
+    "local value = nil "
+    "for i = 1, 2 do if redis.call('type', KEYS[i])['ok'] == 'string' then "
+    "value = redis.call('get', KEYS[i]) break end end "
+    "if not value or #value <= 41 or string.sub(value, 41, 41) ~= ' ' then return 0 end "
+    "local from = 42 + tonumber(ARGV[1]) "
+    "local part = string.sub(value, from, from + 5) "
+    "local packed = 1 "
+    "for i = 1, #part do packed = packed * 256 + string.byte(part, i) end "
+    "return packed"
+)
+
+
+def unpack_owner(parts: list[int]) -> Optional[str]:
+    """The owner label from OWNER_PART's replies for offsets 0, OWNER_CHUNK, ... (None: none)."""
+    if not parts or parts[0] <= 1:
+        return None
+    raw = bytearray()
+    for packed in parts:
+        chunk = bytearray()
+        while packed > 1:
+            chunk.insert(0, packed & 0xFF)
+            packed >>= 8
+        if not chunk:
+            break
+        raw += chunk
+    return raw.decode("utf-8", "replace")
+
+
+# An operator's removal of a name (Redlock.force_release): deletes KEYS[1] (ARGV[1] = "0") or,
+# for ARGV[1] = N > 0, the N permits of the semaphore named KEYS[1] (the name's key itself is not
+# touched then); returns how many keys it removed and, when any, announces a release on the
+# channels ARGV[2] and ARGV[3] (the lock's and the read-write lock's) so waiters try again.
+FORCE_DELETE = _script(
+    "local removed = 0 "
+    "local permits = tonumber(ARGV[1]) "
+    "if permits == 0 then removed = redis.call('del', KEYS[1]) else "
+    "for i = 0, permits - 1 do "
+    "removed = removed + redis.call('del', 'hiredlock:permit:' .. i .. ':' .. KEYS[1]) end end "
+    "if removed > 0 then redis.pcall('publish', ARGV[2], '') redis.pcall('publish', ARGV[3], '') "
+    "end return removed"
 )
 
 

@@ -200,6 +200,8 @@ def _permit_attempts(
             batch, free = free[:PERMITS_PER_ROUND], free[PERMITS_PER_ROUND:]
             keys = [_scripts.permit_key(template._name_key, i) for i in batch]
             token = new_token()
+            if template._suffix:  # (an owner label: stored after the token)
+                token += template._suffix
             unlock = [permit_release_argv(template._name_key, key, token) for key in keys]
             start = _clock.monotonic_ns()
             if not began:

@@ -214,7 +214,8 @@ class Session:
         for lock in self.held_locks():
             token: Optional[str] = lock.token
             if lock.key == key and token is not None:
-                return token.encode()
+                stored: bytes = lock._token  # (with its owner label, as the masters hold it)
+                return stored
         return b""
 
     def this_process(self) -> bool:

@@ -121,3 +121,36 @@ def drift_factor(value: Any) -> float:
     if not 0 <= value < 0.5:  # also refuses NaN
         raise ValueError(f"drift_factor must be in [0, 0.5), got {shown(value)}")
     return float(value)
+
+
+# -- hand-over and owner labels ------------------------------------------------------------------
+
+MAX_OWNER_BYTES = 64  # an owner label's UTF-8 size at most (it is stored with every holder's key)
+_TOKEN_CHARS = frozenset("0123456789abcdef")
+
+
+def lock_token(value: Any) -> bytes:
+    """A token handed over by its holder (its lock's `token`: 40 lowercase hex characters)."""
+    if not isinstance(value, str):
+        raise TypeError(f"token must be a str (a lock's token), not {type(value).__name__}")
+    if len(value) != 40 or not _TOKEN_CHARS.issuperset(value):
+        raise ValueError("token must be 40 lowercase hex characters (a lock's token)")
+    return value.encode()
+
+
+def owner_label(value: Any) -> bytes:
+    """What an owner label adds to the value stored for its holder: a space and the label
+    (a token is 40 characters long, so the two never run into each other)."""
+    if not isinstance(value, str):
+        raise TypeError(f"owner must be a str (e.g. 'host:pid'), not {type(value).__name__}")
+    if not value:
+        raise ValueError("owner must not be empty (None: no owner label)")
+    if any(ord(char) < 32 or 127 <= ord(char) < 160 for char in value):
+        raise ValueError("owner must not contain control characters")
+    try:
+        raw = value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("owner must be valid Unicode text") from None
+    if len(raw) > MAX_OWNER_BYTES:
+        raise ValueError(f"owner must be at most {MAX_OWNER_BYTES} bytes in UTF-8, got {len(raw)}")
+    return b" " + raw

@@ -6,7 +6,7 @@ async with AsyncRedlock(["redis://127.0.0.1:6379/0", ...]) as redlock:
         ...
 """
 
-from .._core.batches import KeyState
+from .._core.batches import KeyState, Removed
 from ._fairlock import AsyncFairLock
 from ._lock import AsyncLock, AsyncRLock
 from ._multilock import AsyncMultiLock
@@ -26,4 +26,5 @@ __all__ = [
     "AsyncSemaphore",
     "AsyncWriteLock",
     "KeyState",
+    "Removed",
 ]

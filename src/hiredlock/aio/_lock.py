@@ -103,6 +103,12 @@ class AsyncLock(AsyncWithStatement, LockBase):
         timing = self._extend_timing(ttl)
         await self._rounds.run(self._extend_steps(timing))
 
+    async def check(self) -> float:
+        """As Lock.check: the validity a round of every master proves (seconds), without
+        re-arming the lock; LockLost (and `lost` set) when fewer than a quorum hold our token."""
+        validity: float = await self._rounds.run(self._check_steps())
+        return validity
+
     # -- what LockBase asks of an asyncio lock --------------------------------------------------
 
     def _new_lost_event(self) -> asyncio.Event:

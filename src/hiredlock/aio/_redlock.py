@@ -13,11 +13,11 @@ from .._core import lock_batches as _lock_batches
 from .._core import lock_steps as _lock_steps
 from .._core import options as _options
 from .._core import validation as _validation
-from .._core.batches import KeyState
+from .._core.batches import KeyState, Removed
 from .._core.client import ClientBase, NameOrFactory
 from .._core.compat import Self, Unpack
 from .._core.errors import Vote
-from .._core.options import LockMakerOptions, LockOptions
+from .._core.options import AdoptingOptions, LockCallOptions, LockMakerOptions, LockOptions
 from .._core.validation import Duration
 from ._fairlock import AsyncFairLock
 from ._flavour import ASYNCIO
@@ -52,7 +52,7 @@ class AsyncRedlock(ClientBase):
         ttl: Duration,
         *,
         fair: Literal[False] = False,
-        **options: Unpack[LockOptions[AsyncLock]],
+        **options: Unpack[AdoptingOptions[AsyncLock]],
     ) -> AsyncLock: ...
 
     @overload
@@ -62,7 +62,7 @@ class AsyncRedlock(ClientBase):
         ttl: Duration,
         *,
         fair: Literal[True],
-        **options: Unpack[LockOptions[AsyncLock]],
+        **options: Unpack[AdoptingOptions[AsyncLock]],
     ) -> AsyncFairLock: ...
 
     @overload
@@ -72,19 +72,19 @@ class AsyncRedlock(ClientBase):
         ttl: Duration,
         *,
         fair: bool,
-        **options: Unpack[LockOptions[AsyncLock]],
+        **options: Unpack[AdoptingOptions[AsyncLock]],
     ) -> AsyncLock: ...
 
     def lock(
-        self, name: str | bytes, ttl: Duration, **options: Unpack[LockMakerOptions[AsyncLock]]
+        self, name: str | bytes, ttl: Duration, **options: Unpack[LockCallOptions[AsyncLock]]
     ) -> AsyncLock:
         """As Redlock.lock(); auto_renew renews from a task of this loop, and on_lost may be a
         plain function (run in the loop: it must not block) or a coroutine function (run as a
         task of its own)."""
-        _options.check("AsyncRedlock.lock", options, LockMakerOptions)
+        _options.check("AsyncRedlock.lock", options, LockCallOptions)
         fair = options.pop("fair", False)
         fair = fair if fair is False else _validation.flag(fair, "fair")
-        lock_options: LockOptions[AsyncLock] = options
+        lock_options: AdoptingOptions[AsyncLock] = options
         return (AsyncFairLock if fair else AsyncLock)(self, name, ttl, **lock_options)
 
     def multilock(
@@ -155,6 +155,14 @@ class AsyncRedlock(ClientBase):
         """Asks every master what it holds for `name`: exists, PTTL, and whether it is ours."""
         states: list[KeyState] = await self._rounds.run(_batches.inspect_steps(self._session, name))
         return states
+
+    async def force_release(self, name: str | bytes) -> list[Removed]:
+        """As Redlock.force_release: removes every key of `name` on every master, whoever holds
+        it (its fence counter stays); what each master removed."""
+        report: list[Removed] = await self._rounds.run(
+            _batches.force_release_steps(self._session, name)
+        )
+        return report
 
     async def delete_fence_counter(self, name: str | bytes) -> None:
         """As Redlock.delete_fence_counter."""
