@@ -1,4 +1,4 @@
-"""The `hiredlock` command (also `python -m hiredlock`): demo, run, servers, status.
+"""The `hiredlock` command (also `python -m hiredlock`): demo, run, servers, status, unlock.
 
 Each subcommand lives in its own module, imported only when it runs; the terminal extras (rich)
 are optional and imported only by the code that draws with them.
@@ -70,6 +70,10 @@ def _dispatch(argv: list[str]) -> int:
         from . import status
 
         return status.command(options)
+    if options.command_name == "unlock":
+        from . import unlock
+
+        return unlock.command(options)
     if options.command_name == "servers":
         from . import serve
 

@@ -6,7 +6,7 @@ import argparse
 import math
 from typing import Callable, NoReturn
 
-from .exits import USAGE, CliError
+from .exits import BUSY, USAGE, CliError
 from .masters import ENV_VAR
 
 DESCRIPTION = "Redlock distributed locks on Redis, from the command line."
@@ -91,12 +91,16 @@ def build() -> Parser:
         "run",
         help="run a command while holding a lock (a distributed flock)",
         usage="hiredlock run NAME [--masters URL[,URL...]] [--ttl S] [--wait S]\n"
-        "                     [--kill-after S] [-q] -- COMMAND [ARGS...]",
+        "                     [--kill-after S] [-q] [-E N] [--fencing] [--owner LABEL]\n"
+        "                     -- COMMAND [ARGS...]",
         description="Runs COMMAND only while holding the lock NAME, renewing it (every ttl/3) "
-        "while the command runs, and releases it when the command ends. Exit status: the "
-        "command's; 75 when the lock is busy, 69 when the masters are unreachable, 79 when the "
-        "lock was lost while the command ran (the command is then terminated), 2 for bad usage, "
-        "126/127 when COMMAND cannot be run or is not found.",
+        "while the command runs, and releases it when the command ends. The command finds "
+        "its lock in its environment: HIREDLOCK_LOCK_NAME, HIREDLOCK_TOKEN (a process may adopt "
+        "the lock with it), HIREDLOCK_VALIDITY (seconds, as it started), HIREDLOCK_TTL, "
+        "HIREDLOCK_FENCE (with --fencing), HIREDLOCK_OWNER (with --owner). Exit status: the "
+        "command's; 75 (or --busy-exit-code) when the lock is busy, 69 when the masters are "
+        "unreachable, 79 when the lock was lost while the command ran (the command is then "
+        "terminated), 2 for bad usage, 126/127 when COMMAND cannot be run or is not found.",
         epilog=EPILOG,
     )
     run.add_argument("name", metavar="NAME", help="the lock's name (the Redis key)")
@@ -127,6 +131,25 @@ def build() -> Parser:
         "(default 5)",
     )
     run.add_argument("-q", "--quiet", action="store_true", help="say nothing when the lock is busy")
+    run.add_argument(
+        "-E",
+        "--busy-exit-code",
+        metavar="N",
+        type=number(int, 0, 255, "an exit status"),
+        default=BUSY,
+        help=f"exit status when the lock is busy (default {BUSY}; 0: a skipped run is no "
+        "failure, e.g. for a systemd timer or a Kubernetes CronJob)",
+    )
+    run.add_argument(
+        "--fencing",
+        action="store_true",
+        help="take a fenced lock: the command gets its fence in $HIREDLOCK_FENCE",
+    )
+    run.add_argument(
+        "--owner",
+        metavar="LABEL",
+        help="an owner label stored with the lock, shown by `hiredlock status` (e.g. host:pid)",
+    )
 
     servers = commands.add_parser(
         "servers",
@@ -151,4 +174,20 @@ def build() -> Parser:
     )
     status.add_argument("name", metavar="NAME", help="the lock's name (the Redis key)")
     _masters_option(status)
+
+    unlock = commands.add_parser(
+        "unlock",
+        help="clear a stuck lock on every master (needs --yes)",
+        description="Removes every key of NAME on every master, whoever holds it: the lock's "
+        "(or fair lock's) key and queue, the read-write lock's keys, the semaphore's permits; "
+        "the fence counter stays (fences only grow). Says what each master removed. Refuses "
+        "without --yes. Exit status: 0 a quorum answered, 2 bad usage or no --yes, 69 too few "
+        "masters answered (the name may still be held).",
+        epilog=EPILOG,
+    )
+    unlock.add_argument("name", metavar="NAME", help="the lock's name (the Redis key)")
+    _masters_option(unlock)
+    unlock.add_argument(
+        "--yes", action="store_true", help="confirm: its holders lose the lock at once"
+    )
     return parser

@@ -18,7 +18,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from .exits import NOT_EXECUTABLE, NOT_FOUND, RUN_FAILED, CliError
@@ -65,8 +65,14 @@ def _inheritable(fd: int) -> bool:
 
 
 class Child:
-    def __init__(self, argv: Sequence[str], inherited: Optional[set[int]] = None) -> None:
-        """Starts argv; `inherited`: the descriptors we were started with (open_fds())."""
+    def __init__(
+        self,
+        argv: Sequence[str],
+        inherited: Optional[set[int]] = None,
+        env: Optional[Mapping[str, str]] = None,
+    ) -> None:
+        """Starts argv; `inherited`: the descriptors we were started with (open_fds()); `env`:
+        its environment (default: ours)."""
         self.own_group = not _in_terminal_foreground()
         options: dict[str, Any] = {
             "setsigmask": (),
@@ -76,7 +82,8 @@ class Child:
         if self.own_group:
             options["setpgroup"] = 0
         try:
-            self.pid = os.posix_spawnp(argv[0], list(argv), os.environ, **options)
+            environment = os.environ if env is None else env
+            self.pid = os.posix_spawnp(argv[0], list(argv), environment, **options)
         except FileNotFoundError:
             raise CliError(f"{argv[0]}: command not found", NOT_FOUND) from None
         except PermissionError as exc:

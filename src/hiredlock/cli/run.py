@@ -19,7 +19,7 @@ import time
 from typing import TYPE_CHECKING
 
 from .child import Child, open_fds
-from .exits import BUSY, LOST, SIGNALLED, UNREACHABLE, USAGE, CliError
+from .exits import LOST, SIGNALLED, UNREACHABLE, USAGE, CliError
 from .masters import failed_votes, lost_votes, master_urls, open_redlock
 from .output import say
 
@@ -37,6 +37,13 @@ FORWARDED = (
 WAITED = (*FORWARDED, signal.SIGCHLD)  # SIGCHLD: the command ended, or (sent by us) lock lost
 POLL = 1.0  # seconds between checks at most; SIGCHLD wakes the main thread at once
 RETRY_DELAY = 0.1  # seconds between tries (randomised x0.5 to x1.5)
+# What the command finds in its environment (see lock_environment)
+ENV_NAME = "HIREDLOCK_LOCK_NAME"
+ENV_TOKEN = "HIREDLOCK_TOKEN"  # the lock's token: a process may adopt the lock with it
+ENV_VALIDITY = "HIREDLOCK_VALIDITY"  # seconds the lock was valid for as the command started
+ENV_TTL = "HIREDLOCK_TTL"  # seconds: the ttl it is renewed for
+ENV_FENCE = "HIREDLOCK_FENCE"  # with --fencing: the lock's fence
+ENV_OWNER = "HIREDLOCK_OWNER"  # with --owner: the owner label stored with the token
 TRIES = 3  # tries at least (--wait 0 too); also: tries in a row with too few masters answering
 
 
@@ -67,12 +74,19 @@ def _run(options: argparse.Namespace, urls: list[str], source: str) -> int:
     redlock = open_redlock(urls, source, master_timeout=timeout)
     try:
         try:
-            lock = redlock.lock(options.name, options.ttl, auto_renew=True, on_lost=_wake)
+            lock = redlock.lock(
+                options.name,
+                options.ttl,
+                auto_renew=True,
+                on_lost=_wake,
+                fencing=options.fencing,
+                owner=options.owner,
+            )
         except (ValueError, TypeError) as exc:
             raise CliError(str(exc), USAGE) from None
         _acquire(lock, options)
         try:
-            child = Child(options.command, options.inherited_fds)
+            child = Child(options.command, options.inherited_fds, lock_environment(lock))
         except CliError:
             _release(lock, HiredlockError)
             raise
@@ -82,6 +96,25 @@ def _run(options: argparse.Namespace, urls: list[str], source: str) -> int:
         return status
     finally:
         redlock.close()
+
+
+def lock_environment(lock: Lock) -> dict[str, str]:
+    """The command's environment: ours, and what it needs to know of its lock (a process it
+    starts may adopt it by its token: lock(NAME, ttl, token=HIREDLOCK_TOKEN,
+    owner=HIREDLOCK_OWNER))."""
+    env = dict(os.environ)
+    for stale in (ENV_TOKEN, ENV_FENCE, ENV_OWNER):  # (from a hiredlock run around this one)
+        env.pop(stale, None)
+    name = lock.name
+    env[ENV_NAME] = name if isinstance(name, str) else name.decode("utf-8", "surrogateescape")
+    env[ENV_TOKEN] = lock.token or ""
+    env[ENV_VALIDITY] = f"{lock.validity:.3f}"
+    env[ENV_TTL] = f"{lock.ttl:g}"
+    if lock.fence is not None:
+        env[ENV_FENCE] = str(lock.fence)
+    if lock.owner is not None:
+        env[ENV_OWNER] = lock.owner
+    return env
 
 
 def _wake(_lock: object) -> None:
@@ -121,7 +154,7 @@ def _acquire(lock: Lock, options: argparse.Namespace) -> None:
                 raise unreachable  # type: ignore[misc]
             waited = f" after waiting {options.wait:g} s" if options.wait else ""
             message = f"lock {options.name!r} is busy (held by another holder){waited}"
-            raise CliError("" if options.quiet else message, BUSY)
+            raise CliError("" if options.quiet else message, options.busy_exit_code)
         delay = RETRY_DELAY * random.uniform(0.5, 1.5)
         if now < deadline:
             delay = min(delay, deadline - now)

@@ -1,7 +1,7 @@
-"""`hiredlock status NAME`: per master, the key, its PTTL and the holder's token prefix, the
-read-write and fair locks of the name (writer, readers, waiters in the queue) and the semaphore
-permits of the name that are held (and its size, stored with it); then in which ways a majority
-holds the name.
+"""`hiredlock status NAME`: per master, the key, its PTTL and the holder's token prefix and owner
+label, the read-write and fair locks of the name (writer, readers, waiters in the queue) and the
+semaphore permits of the name that are held (and its size, stored with it); then in which ways a
+majority holds the name.
 
 exists and PTTL come from the library's inspect(); the token and the permits are read with plain
 redis-py commands per master (a short timeout, all masters at once), since inspect() only says
@@ -24,7 +24,7 @@ from .output import table
 
 TIMEOUT = 0.5  # seconds each master gets, for inspect() and for the plain reads
 TOKEN_SHOWN = 8  # hex characters of a token shown: enough to tell holders apart
-TOKEN_RE = re.compile(r"\A[0-9a-f]{40}\Z")
+TOKEN_RE = re.compile(r"\A[0-9a-f]{40}(?: |\Z)")  # (a space: an owner label follows)
 PERMITS_SHOWN = 10  # permit numbers listed in a row or a summary; more are counted
 
 
@@ -79,6 +79,9 @@ def _held(name: str, states: Sequence[Any], reads: Sequence[Read], quorum: int) 
         counts = Counter(read.token for state, read in zip(states, reads) if state.exists)
         counts.pop(None, None)
         holder = f", token {counts.most_common(1)[0][0]}" if counts else ""
+        owners = Counter(state.owner for state in states if state.exists and state.owner)
+        if owners:
+            holder += f", owner {owners.most_common(1)[0][0]!r}"
         lines.append(
             f"held by a majority: {holding} of {n} masters hold {name!r} (quorum {quorum}){holder}"
         )
@@ -124,6 +127,8 @@ def _row(state: Any, read: Read) -> tuple[str, ...]:
 def _kinds(state: Any, read: Read) -> str:
     """The read-write lock, fair lock and semaphore of the name on this master, when any."""
     parts = []
+    if state.owner is not None:
+        parts.append(f"owner: {state.owner!r}")
     if state.writer:
         parts.append("rwlock: a writer")
     if state.readers:
