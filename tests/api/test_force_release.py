@@ -42,6 +42,7 @@ def test_force_release_removes_every_kind_and_keeps_the_fence(engine, make_redlo
     for removed in report:
         assert removed.removed[name] == 1  # the fair lock's key
         assert removed.removed[b"hiredlock:permit:*:" + name] == 2
+        assert removed.removed[b"hiredlock:permit:size:" + name] == 1  # (the semaphore's size)
         assert removed.removed[b"hiredlock:rw:r:" + name] == 1
         assert b"hiredlock:fair:q:" + name in removed.removed
         assert b"hiredlock:fence:" + name not in removed.removed

@@ -163,16 +163,22 @@ def delete_fence_counter_steps(session: Session, name: Any) -> Steps:
 
 def force_release_steps(session: Session, name: Any) -> Steps:
     """Removes every key of `name` on every master (its lock's, or fair lock's, key and queue,
-    its read-write lock's keys, its semaphore's permits) whoever holds them, but not its fence
+    its read-write lock's keys, its semaphore's permits and size) whoever holds them, but not its fence
     counter (fences must only grow: see delete_fence_counter_steps); what each master removed
     (Removed each). Refused while this client holds the lock."""
     key = _validation.lock_name(name)
     if session.token_held_for(key):
         raise HiredlockError(f"lock {name!r} is held by this client: release it instead")
     channels = (_scripts.released_channel(key), _scripts.released_channel(_scripts.rw_keys(key)[0]))
-    parts = (key, *_scripts.rw_keys(key), *_scripts.fair_keys(key))
-    argvs = [(part, b"0", *channels) for part in parts]
-    argvs.append((key, b"%d" % _MAX_PERMITS, *channels))
+    parts = (
+        key,
+        *_scripts.rw_keys(key),
+        *_scripts.fair_keys(key),
+        _scripts.permit_size_key(key),
+    )
+    prefix = _scripts.PERMIT_KEY_PREFIX
+    argvs = [(part, b"0", *channels, prefix) for part in parts]
+    argvs.append((key, b"%d" % _MAX_PERMITS, *channels, prefix))
     permits = _scripts.PERMIT_KEY_PREFIX + b"*:" + key  # (how the permits are reported)
     timeout_ms = session.master_timeout_ms(_scripts.MAX_TTL_MS)
     results = yield script(_scripts.FORCE_DELETE, 1, argvs, timeout_ms, True, want_values=True)

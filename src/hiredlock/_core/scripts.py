@@ -400,15 +400,16 @@ def unpack_owner(parts: list[int]) -> Optional[str]:
 
 
 # An operator's removal of a name (Redlock.force_release): deletes KEYS[1] (ARGV[1] = "0") or,
-# for ARGV[1] = N > 0, the N permits of the semaphore named KEYS[1] (the name's key itself is not
-# touched then); returns how many keys it removed and, when any, announces a release on the
-# channels ARGV[2] and ARGV[3] (the lock's and the read-write lock's) so waiters try again.
+# for ARGV[1] = N > 0, the N permits of the semaphore named KEYS[1] (ARGV[4]: the permits' key
+# prefix; the name's key itself is not touched then); returns how many keys it removed and, when
+# any, announces a release on the channels ARGV[2] and ARGV[3] (the lock's and the read-write
+# lock's) so waiters try again.
 FORCE_DELETE = _script(
     "local removed = 0 "
     "local permits = tonumber(ARGV[1]) "
     "if permits == 0 then removed = redis.call('del', KEYS[1]) else "
     "for i = 0, permits - 1 do "
-    "removed = removed + redis.call('del', 'hiredlock:permit:' .. i .. ':' .. KEYS[1]) end end "
+    "removed = removed + redis.call('del', ARGV[4] .. i .. ':' .. KEYS[1]) end end "
     "if removed > 0 then redis.pcall('publish', ARGV[2], '') redis.pcall('publish', ARGV[3], '') "
     "end return removed"
 )
