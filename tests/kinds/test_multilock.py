@@ -190,3 +190,24 @@ def test_fencing_is_refused_and_release_many_refuses_it(api, make_redlock, maste
         rl.release_many([lock])
     lock.release()
     assert values(masters5, names_of(key)[0]) == [None] * 5
+
+
+def test_check_proves_every_name_and_finds_one_gone(api, make_redlock, masters5, key):
+    rl = make_redlock(urls(masters5))
+    open_connections(rl)
+    names = names_of(key)
+    lock = rl.multilock(names, 30)
+    assert lock.acquire(blocking=False)
+    for server in masters5:
+        server.admin().pexpire(names[1], 10_000)  # (the shortest-lived name bounds the validity)
+    assert 5 < lock.check() <= 10
+    # one name gone on a majority: the multilock is not held there any more, whatever the others
+    for server in masters5[:3]:
+        server.admin().delete(names[0])
+    with pytest.raises(LockLost):
+        lock.check()
+    assert lock.lost.is_set()
+    with pytest.raises(LockLost):
+        lock.release()
+    for name in names:
+        assert_no_key(masters5, name)
