@@ -163,9 +163,9 @@ def delete_fence_counter_steps(session: Session, name: Any) -> Steps:
 
 def force_release_steps(session: Session, name: Any) -> Steps:
     """Removes every key of `name` on every master (its lock's, or fair lock's, key and queue,
-    its read-write lock's keys, its semaphore's permits and size) whoever holds them, but not its fence
-    counter (fences must only grow: see delete_fence_counter_steps); what each master removed
-    (Removed each). Refused while this client holds the lock."""
+    its read-write lock's keys, its semaphore's permits and size) whoever holds them, but not its
+    fence counter (fences must only grow: see delete_fence_counter_steps); what each master
+    removed (Removed each). Refused while this client holds the lock."""
     key = _validation.lock_name(name)
     if session.token_held_for(key):
         raise HiredlockError(f"lock {name!r} is held by this client: release it instead")
