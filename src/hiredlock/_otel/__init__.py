@@ -1,0 +1,1 @@
+"""OpenTelemetry's side of hiredlock.otel: the observer that turns Events into metrics and spans."""

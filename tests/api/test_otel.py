@@ -1,0 +1,207 @@
+"""hiredlock.otel: the clients' events reach OpenTelemetry's global meter and tracer providers as
+metrics and spans, on real masters, both engines and both APIs; lock names only when asked.
+
+The SDK's in-memory reader (delta temporality: each collection holds what happened since the
+previous one) and span exporter are the global providers for the whole test session, since
+OpenTelemetry refuses to replace a global provider once set.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from apis import make_redlock_fixture, pytest_generate_tests  # noqa: F401  (sync and async APIs)
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import (
+    Counter,
+    Histogram,
+    MeterProvider,
+    ObservableCounter,
+    ObservableGauge,
+    ObservableUpDownCounter,
+    UpDownCounter,
+)
+from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+import hiredlock.otel
+from hiredlock import Event, Outcome, Vote
+from hiredlock._otel.observer import OtelObserver
+
+DELTA = AggregationTemporality.DELTA
+
+
+class Telemetry:
+    """What the process reported since the last drain(): metric points and finished spans."""
+
+    def __init__(self, reader: InMemoryMetricReader, exporter: InMemorySpanExporter) -> None:
+        self.reader = reader
+        self.exporter = exporter
+        self._points: list[tuple[str, dict[str, Any], Any]] = []
+
+    def drain(self) -> None:
+        self.reader.get_metrics_data()
+        self.exporter.clear()
+        self._points = []
+
+    def collect(self) -> None:
+        data = self.reader.get_metrics_data()
+        for resource in data.resource_metrics if data else ():
+            for scope in resource.scope_metrics:
+                if scope.scope.name != "hiredlock":
+                    continue
+                for metric in scope.metrics:
+                    for point in metric.data.data_points:
+                        self._points.append((metric.name, dict(point.attributes), point))
+
+    def points(self, name: str, **attributes: Any) -> list[tuple[dict[str, Any], Any]]:
+        """The points of metric `name` whose attributes include `attributes` (dots as '_')."""
+        wanted = {key.replace("_", "."): value for key, value in attributes.items()}
+        return [
+            (attrs, point)
+            for metric, attrs, point in self._points
+            if metric == name and all(attrs.get(k) == v for k, v in wanted.items())
+        ]
+
+    def all_points(self) -> list[tuple[str, dict[str, Any], Any]]:
+        return list(self._points)
+
+    def spans(self, name: str | None = None) -> list[Any]:
+        return [s for s in self.exporter.get_finished_spans() if name is None or s.name == name]
+
+
+@pytest.fixture(scope="session")
+def _providers() -> Telemetry:
+    reader = InMemoryMetricReader(
+        preferred_temporality={
+            kind: DELTA
+            for kind in (
+                Counter,
+                UpDownCounter,
+                Histogram,
+                ObservableCounter,
+                ObservableUpDownCounter,
+                ObservableGauge,
+            )
+        }
+    )
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    return Telemetry(reader, exporter)
+
+
+@pytest.fixture
+def otel(_providers):
+    """The session's telemetry, emptied; hiredlock.otel is uninstrumented after the test."""
+    hiredlock.otel.uninstrument()
+    _providers.drain()
+    yield _providers
+    hiredlock.otel.uninstrument()
+
+
+def total(points: list[tuple[dict[str, Any], Any]]) -> float:
+    return sum(getattr(point, "value", None) or getattr(point, "sum", 0) for _, point in points)
+
+
+def count(points: list[tuple[dict[str, Any], Any]]) -> int:
+    return sum(point.count for _, point in points)
+
+
+# -- the observer fed Events directly: what no healthy run on real masters gives ------------------
+
+
+def observer(record_names: bool = False) -> OtelObserver:
+    return OtelObserver(
+        metrics.get_meter("hiredlock"), trace.get_tracer("hiredlock"), record_names=record_names
+    )
+
+
+def test_lost_lock_is_counted_with_its_hold_time_and_an_error_span(otel):
+    votes = (
+        Vote("redis://10.0.0.1:6379/0", Outcome.TAKEN),
+        Vote("redis://[::1]:6380/0", Outcome.TIMEOUT),
+        Vote("unix:///run/redis.sock?db=0", Outcome.ERROR, "READONLY You can't write"),
+    )
+    observer()(Event("lost", "orders", "Lock", votes, held_for=2.5, reason="expired"))
+    otel.collect()
+
+    assert total(otel.points("hiredlock.lock.lost", hiredlock_lock_kind="Lock")) == 1
+    (hold,) = otel.points("hiredlock.lock.hold.duration", hiredlock_outcome="lost")
+    assert hold[1].sum == 2.5
+    (span,) = otel.spans("hiredlock.lost")
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description == "expired"
+    errors = {
+        (attrs["server.address"], attrs.get("server.port"), attrs["error.type"])
+        for attrs, _ in otel.points("hiredlock.master.errors")
+    }
+    assert errors == {("::1", 6380, "timeout"), ("/run/redis.sock", None, "READONLY")}
+
+
+def test_renewals_are_metrics_only(otel):
+    vote = Vote("redis://127.0.0.1:6379/0", Outcome.CONN_ERROR, "connection refused")
+    watch = observer()
+    watch(Event("renewed", b"jobs:\xff", "Semaphore", (vote,), duration=0.01))
+    watch(Event("renewal_retried", b"jobs:\xff", "Semaphore", (vote,), reason="no quorum"))
+    otel.collect()
+
+    assert not otel.spans()
+    renewals = otel.points("hiredlock.lock.renewals", hiredlock_lock_kind="Semaphore")
+    assert sorted(attrs["hiredlock.outcome"] for attrs, _ in renewals) == ["renewed", "retried"]
+    errors = otel.points("hiredlock.master.errors", hiredlock_operation="renew")
+    assert total(errors) == 2 and errors[0][0]["error.type"] == "conn_error"
+
+
+def test_degraded_counts_the_round_not_its_masters_again(otel):
+    vote = Vote("redis://127.0.0.1:6379/0", Outcome.TIMEOUT)
+    watch = observer(record_names=True)
+    watch(Event("extended", "k", "RLock", (vote,), duration=0.002))
+    watch(Event("degraded", "k", "RLock", (vote,), operation="extend"))
+    otel.collect()
+
+    (degraded,) = otel.points("hiredlock.round.degraded")
+    assert degraded[0] == {
+        "hiredlock.lock.kind": "RLock",
+        "hiredlock.lock.name": "k",
+        "hiredlock.operation": "extend",
+    }
+    assert total(otel.points("hiredlock.master.errors", hiredlock_operation="extend")) == 1
+
+
+def test_instrument_checks_its_arguments(otel):
+    with pytest.raises(TypeError, match="record_names"):
+        hiredlock.otel.instrument(record_names="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="spans"):
+        hiredlock.otel.instrument(spans=1)  # type: ignore[arg-type]
+    assert not hiredlock.otel.instrumented()
+
+
+def test_hiredlock_imports_without_opentelemetry():
+    """Only hiredlock.otel needs the extra, and its ImportError names it."""
+    script = """
+import sys
+class Hide:
+    def find_spec(self, name, path=None, target=None):
+        if name == "opentelemetry" or name.startswith("opentelemetry."):
+            raise ImportError("hidden for the test: " + name)
+sys.meta_path.insert(0, Hide())
+import hiredlock
+try:
+    import hiredlock.otel
+except ImportError as exc:
+    print("ImportError:", exc)
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "ImportError: hiredlock.otel needs the OpenTelemetry API" in result.stdout
+    assert "hiredlock[otel]" in result.stdout
