@@ -166,14 +166,17 @@ class OtelObserver:
         }
 
     def __call__(self, event: Event) -> None:
+        handler = self._handlers.get(event.kind)
+        if handler is None:  # a kind of event this version does not report
+            return
         attributes: Attributes = {"hiredlock.lock.kind": event.lock_kind}
         if self._record_names:
             attributes["hiredlock.lock.name"] = shown_name(event.name)
-        self._handlers[event.kind](event, attributes)
+        handler(event, attributes)
         # A degraded event is about the round of the event it goes with: its failed masters
         # are counted there, once.
         if event.kind != "degraded":
-            self._count_master_errors(event, OPERATION[event.kind])
+            self._count_master_errors(event, OPERATION.get(event.kind))
 
     # -- one handler per kind of event -------------------------------------------------------------
 
