@@ -1,8 +1,9 @@
 """What hiredlock.otel.instrument() costs per acquire+release cycle: user-space instructions
-(valgrind's callgrind, when installed) and wall time, with no observer, with the OpenTelemetry API
-alone (no SDK: every instrument a no-op), and with the SDK's meter and tracer providers but no
-exporter (a metric reader that is never collected, no span processor): the measurements are
-aggregated, the spans made and dropped. Not part of `make bench` nor of CI: run it by hand after
+(valgrind's callgrind, when installed) and wall time, with no observer, with an observer that does
+nothing (what the events themselves cost), with the OpenTelemetry API alone (no SDK: every
+instrument a no-op), and with the SDK's meter and tracer providers but no exporter (a metric reader
+that is never collected, no span processor): the measurements are aggregated, the spans made and
+dropped. Not part of `make bench` nor of CI: run it by hand after
 `make bench` built bench/build/libcref.so (for the instruction counts), e.g.
 
     .venv/bin/python bench/otel_overhead.py --cycles 2000 --masters 3
@@ -27,13 +28,20 @@ BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH_DIR)
 sys.path.insert(1, os.path.join(os.path.dirname(BENCH_DIR), "tests", "support"))
 
-MODES = ("none", "api", "sdk")  # no observer; instrument() on the API alone; on the SDK
+# no observer; an observer that does nothing (the events' own cost); instrument() on the
+# OpenTelemetry API alone; instrument() on the SDK with no exporter
+MODES = ("none", "events", "api", "sdk")
 ENGINES = ("native", "python")
 
 
 def setup(mode: str) -> None:
     """Instruments this process as `mode` says (before any client is made)."""
     if mode == "none":
+        return
+    if mode == "events":
+        from hiredlock._core.events import add_default_observer
+
+        add_default_observer(lambda event: None)
         return
     import hiredlock.otel
 

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from opentelemetry.metrics import Histogram, Meter
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
+from .._core.errors import Vote
 from .._core.events import Event, EventKind
 from .._core.scripts import FAILURES, Outcome
 
@@ -35,6 +36,7 @@ OPERATION: dict[EventKind, Optional[str]] = {
     "lost": None,
     "degraded": None,
 }
+ACQUIRE_KINDS = frozenset({"acquired", "acquire_failed"})
 SPAN_NAMES: dict[EventKind, str] = {
     "acquired": "hiredlock.acquire",
     "acquire_failed": "hiredlock.acquire",
@@ -77,6 +79,14 @@ def error_type(outcome: Outcome, detail: Optional[str]) -> str:
     return outcome.name.lower()
 
 
+def notable(vote: Vote, kind: EventKind) -> bool:
+    """A vote worth showing on a span that succeeded: a master that failed, or one not waited for
+    in a release or an extend (which wait for every master that keeps up; an acquire stops
+    waiting once a quorum decided, so there a master not waited for was merely slower)."""
+    outcome = vote.outcome
+    return outcome in FAILURES or (outcome is Outcome.SKIPPED and kind not in ACQUIRE_KINDS)
+
+
 def shown_name(name: Union[str, bytes]) -> str:
     return name if isinstance(name, str) else name.decode("utf-8", "backslashreplace")
 
@@ -99,6 +109,7 @@ class OtelObserver:
     __slots__ = (
         "_acquire_duration",
         "_attempts",
+        "_cached",
         "_degraded",
         "_handlers",
         "_hold_duration",
@@ -114,6 +125,7 @@ class OtelObserver:
         self._record_names = record_names
         self._tracer = tracer
         self._masters: dict[str, Attributes] = {}
+        self._cached: dict[tuple[str, tuple[tuple[str, str], ...]], Attributes] = {}
         self._acquire_duration: Histogram = _histogram(
             meter,
             "hiredlock.lock.acquire.duration",
@@ -154,7 +166,7 @@ class OtelObserver:
             unit="{round}",
             description="Rounds that succeeded while a master failed or was not waited for",
         )
-        self._handlers: dict[EventKind, Callable[[Event, Attributes], None]] = {
+        self._handlers: dict[EventKind, Callable[[Event], None]] = {
             "acquired": self._acquire,
             "acquire_failed": self._acquire,
             "released": self._released,
@@ -169,10 +181,7 @@ class OtelObserver:
         handler = self._handlers.get(event.kind)
         if handler is None:  # a kind of event this version does not report
             return
-        attributes: Attributes = {"hiredlock.lock.kind": event.lock_kind}
-        if self._record_names:
-            attributes["hiredlock.lock.name"] = shown_name(event.name)
-        handler(event, attributes)
+        handler(event)
         # A degraded event is about the round of the event it goes with: its failed masters
         # are counted there, once.
         if event.kind != "degraded":
@@ -180,42 +189,63 @@ class OtelObserver:
 
     # -- one handler per kind of event -------------------------------------------------------------
 
-    def _acquire(self, event: Event, attributes: Attributes) -> None:
-        failure = None if event.kind == "acquired" else (event.reason or "not_acquired")
-        measured = {**attributes, "hiredlock.outcome": failure or "acquired"}
-        if failure is not None:
-            measured["error.type"] = failure
-        self._acquire_duration.record(event.duration, measured)
-        self._attempts.record(event.attempts, measured)
+    def _acquire(self, event: Event) -> None:
+        if event.kind == "acquired":
+            attributes = self._attributes(event, (("hiredlock.outcome", "acquired"),))
+            failure = None
+        else:
+            failure = event.reason or "not_acquired"
+            attributes = self._attributes(
+                event, (("hiredlock.outcome", failure), ("error.type", failure))
+            )
+        self._acquire_duration.record(event.duration, attributes)
+        self._attempts.record(event.attempts, attributes)
         if self._tracer is not None:
-            spanned = {**measured, "hiredlock.acquire.attempts": event.attempts}
-            self._span(event, spanned, failure)
+            self._span(event, attributes, failure)
 
-    def _released(self, event: Event, attributes: Attributes) -> None:
-        self._hold_duration.record(event.held_for, {**attributes, "hiredlock.outcome": "released"})
+    def _released(self, event: Event) -> None:
+        attributes = self._attributes(event, (("hiredlock.outcome", "released"),))
+        self._hold_duration.record(event.held_for, attributes)
         if self._tracer is not None:
-            self._span(event, {**attributes, "hiredlock.outcome": "released"}, None)
+            self._span(event, attributes, None)
 
-    def _extended(self, event: Event, attributes: Attributes) -> None:
+    def _extended(self, event: Event) -> None:
         if self._tracer is not None:
-            self._span(event, {**attributes, "hiredlock.outcome": "extended"}, None)
+            self._span(event, self._attributes(event, (("hiredlock.outcome", "extended"),)), None)
 
-    def _renewal(self, event: Event, attributes: Attributes) -> None:
+    def _renewal(self, event: Event) -> None:
         outcome = "renewed" if event.kind == "renewed" else "retried"
-        self._renewals.add(1, {**attributes, "hiredlock.outcome": outcome})
+        self._renewals.add(1, self._attributes(event, (("hiredlock.outcome", outcome),)))
 
-    def _lost_lock(self, event: Event, attributes: Attributes) -> None:
-        self._lost.add(1, attributes)
-        self._hold_duration.record(event.held_for, {**attributes, "hiredlock.outcome": "lost"})
+    def _lost_lock(self, event: Event) -> None:
+        self._lost.add(1, self._attributes(event, ()))
+        attributes = self._attributes(event, (("hiredlock.outcome", "lost"),))
+        self._hold_duration.record(event.held_for, attributes)
         if self._tracer is not None:
-            self._span(event, {**attributes, "hiredlock.outcome": "lost"}, "lock_lost")
+            self._span(event, attributes, "lock_lost")
 
-    def _degraded_round(self, event: Event, attributes: Attributes) -> None:
-        if event.operation is not None:
-            attributes["hiredlock.operation"] = event.operation
-        self._degraded.add(1, attributes)
+    def _degraded_round(self, event: Event) -> None:
+        operation = () if event.operation is None else (("hiredlock.operation", event.operation),)
+        self._degraded.add(1, self._attributes(event, operation))
 
     # -- shared --------------------------------------------------------------------------------
+
+    def _attributes(self, event: Event, extra: tuple[tuple[str, str], ...]) -> Attributes:
+        """The lock's kind (and name, if recorded) with `extra`: one dict per combination,
+        made once, when names are not recorded (never changed after: the SDK copies them)."""
+        if self._record_names:
+            return {
+                "hiredlock.lock.kind": event.lock_kind,
+                "hiredlock.lock.name": shown_name(event.name),
+                **dict(extra),
+            }
+        key = (event.lock_kind, extra)
+        attributes = self._cached.get(key)
+        if attributes is None:
+            if len(self._cached) >= 256:  # (lock kinds and outcomes are few: never, in practice)
+                self._cached.clear()
+            attributes = self._cached[key] = {"hiredlock.lock.kind": event.lock_kind, **dict(extra)}
+        return attributes
 
     def _count_master_errors(self, event: Event, operation: Optional[str]) -> None:
         for vote in event.votes:
@@ -223,6 +253,8 @@ class OtelObserver:
                 continue
             master = self._masters.get(vote.master)
             if master is None:
+                if len(self._masters) >= 256:
+                    self._masters.clear()
                 master = self._masters[vote.master] = master_attributes(vote.master)
             attributes = {**master, "error.type": error_type(vote.outcome, vote.detail)}
             if operation is not None:
@@ -230,18 +262,22 @@ class OtelObserver:
             self._master_errors.add(1, attributes)
 
     def _span(self, event: Event, attributes: Attributes, failure: Optional[str]) -> None:
-        """The span of a call that has just ended: it started `event.duration` ago."""
+        """The span of a call that has just ended: it started `event.duration` ago. What only a
+        recorded span shows (attempts, the votes of a round that was not all OK, the status) is
+        added only when the span is recorded."""
         assert self._tracer is not None
         end = time.time_ns()
-        attributes["hiredlock.votes"] = tuple(str(vote) for vote in event.votes)
-        if failure is not None:
-            attributes["error.type"] = failure
         span = self._tracer.start_span(
             SPAN_NAMES[event.kind],
             kind=SpanKind.INTERNAL,
             attributes=attributes,
             start_time=end - int(event.duration * 1e9),
         )
-        if failure is not None:
-            span.set_status(Status(StatusCode.ERROR, event.reason or failure))
+        if span.is_recording():
+            if event.kind in ACQUIRE_KINDS:
+                span.set_attribute("hiredlock.acquire.attempts", event.attempts)
+            if failure is not None or any(notable(vote, event.kind) for vote in event.votes):
+                span.set_attribute("hiredlock.votes", tuple(str(vote) for vote in event.votes))
+            if failure is not None:
+                span.set_status(Status(StatusCode.ERROR, event.reason or failure))
         span.end(end_time=end)
