@@ -8,8 +8,11 @@ OpenTelemetry refuses to replace a global provider once set.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +32,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from support import set_foreign, urls
 
 import hiredlock.otel
 from hiredlock import Event, Outcome, Vote
@@ -114,6 +118,159 @@ def total(points: list[tuple[dict[str, Any], Any]]) -> float:
 
 def count(points: list[tuple[dict[str, Any], Any]]) -> int:
     return sum(point.count for _, point in points)
+
+
+# -- end to end, on real masters ------------------------------------------------------------------
+
+
+def test_contended_acquire_records_attempts_and_wait(engine, make_redlock, masters5, key, otel):
+    hiredlock.otel.instrument()
+    redlock = make_redlock(urls(masters5), retry_delay=0.05)
+    set_foreign(masters5, key, px=400)  # another holder, everywhere, for 0.4 s: no release notice
+    lock = redlock.lock(key, 5)
+    t0 = time.monotonic()
+    assert lock.acquire(timeout=30)
+    waited = time.monotonic() - t0
+    lock.release()
+    otel.collect()
+
+    waits = otel.points("hiredlock.lock.acquire.duration", hiredlock_outcome="acquired")
+    assert count(waits) == 1, otel.all_points()
+    assert 0 < total(waits) <= waited
+    attempts = otel.points("hiredlock.lock.acquire.attempts", hiredlock_outcome="acquired")
+    assert count(attempts) == 1 and total(attempts) > 1, attempts
+    (span,) = otel.spans("hiredlock.acquire")
+    assert span.attributes["hiredlock.outcome"] == "acquired"
+    assert span.attributes["hiredlock.acquire.attempts"] == total(attempts)
+    assert span.attributes["hiredlock.lock.kind"] == "Lock"
+    assert span.status.status_code is StatusCode.UNSET
+    assert abs((span.end_time - span.start_time) / 1e9 - total(waits)) < 1e-3
+
+
+def test_release_records_hold_time_and_a_healthy_run_no_error(
+    engine, make_redlock, masters5, key, otel
+):
+    hiredlock.otel.instrument()
+    redlock = make_redlock(urls(masters5))
+    lock = redlock.lock(key, 5)
+    t0 = time.monotonic()
+    assert lock.acquire(blocking=False)
+    lock.extend(5)
+    lock.release()
+    elapsed = time.monotonic() - t0
+    otel.collect()
+
+    holds = otel.points("hiredlock.lock.hold.duration", hiredlock_outcome="released")
+    assert count(holds) == 1, otel.all_points()
+    assert 0 < total(holds) <= elapsed
+    assert [s.name for s in otel.spans()] == [
+        "hiredlock.acquire",
+        "hiredlock.extend",
+        "hiredlock.release",
+    ]
+    for span in otel.spans():
+        assert span.status.status_code is StatusCode.UNSET
+        assert "hiredlock.votes" not in span.attributes  # every master said OK
+    assert not otel.points("hiredlock.master.errors")
+    assert not otel.points("hiredlock.round.degraded")
+    assert not otel.points("hiredlock.lock.lost")
+
+
+def test_failed_acquire_is_an_error_span(engine, make_redlock, masters5, key, otel):
+    hiredlock.otel.instrument()
+    redlock = make_redlock(urls(masters5))
+    set_foreign(masters5, key)
+    assert not redlock.lock(key, 5).acquire(blocking=False)
+    otel.collect()
+
+    (span,) = otel.spans("hiredlock.acquire")
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.attributes["error.type"] == "not_acquired"
+    assert span.attributes["hiredlock.outcome"] == "not_acquired"
+    assert all(v.endswith(": TAKEN") for v in span.attributes["hiredlock.votes"]), span.attributes
+    waits = otel.points("hiredlock.lock.acquire.duration", hiredlock_outcome="not_acquired")
+    assert count(waits) == 1 and waits[0][0]["error.type"] == "not_acquired", otel.all_points()
+
+
+def test_killed_master_counts_master_errors_and_degraded_rounds(
+    engine, make_redlock, masters5, key, otel
+):
+    hiredlock.otel.instrument()
+    redlock = make_redlock(urls(masters5))
+    dead = masters5[0]
+    dead.kill()
+    # A first cycle finds the master gone (an acquire's first round may decide on the others'
+    # answers before its connection is refused); the second one is measured.
+    with redlock.lock(key + ":first", 5):
+        pass
+    otel.drain()
+    lock = redlock.lock(key, 5)
+    assert lock.acquire(blocking=False)
+    lock.release()
+    otel.collect()
+
+    errors = otel.points("hiredlock.master.errors", server_port=dead.port)
+    assert errors, otel.all_points()
+    for attributes, _ in errors:
+        assert attributes["db.system.name"] == "redis"
+        assert attributes["server.address"] in ("127.0.0.1", "localhost")
+        assert attributes["error.type"] in ("conn_error", "timeout")
+    assert {attrs["hiredlock.operation"] for attrs, _ in errors} == {"acquire", "release"}
+    assert not [p for p in otel.points("hiredlock.master.errors") if p not in errors]
+    for operation in ("acquire", "release"):
+        degraded = otel.points("hiredlock.round.degraded", hiredlock_operation=operation)
+        assert total(degraded) == 1, otel.all_points()
+    acquire, release = otel.spans()
+    for span in (acquire, release):
+        assert len(span.attributes["hiredlock.votes"]) == 5
+        assert span.attributes["hiredlock.votes"][0].startswith(dead.url + ": ")
+        assert span.status.status_code is StatusCode.UNSET  # the call succeeded
+
+
+def test_names_only_when_asked(engine, make_redlock, masters5, key, otel):
+    hiredlock.otel.instrument()
+    quiet = make_redlock(urls(masters5))
+    hiredlock.otel.instrument(record_names=True)
+    named = make_redlock(urls(masters5))
+    with quiet.lock(key + ":quiet", 5):
+        pass
+    with named.lock(key + ":named", 5):
+        pass
+    otel.collect()
+
+    names = {attrs.get("hiredlock.lock.name") for _, attrs, _ in otel.all_points()}
+    assert names == {None, key + ":named"}, names
+    spans = otel.spans()
+    assert len(spans) == 4  # acquire and release of each: the first observer was replaced
+    assert {s.attributes.get("hiredlock.lock.name") for s in spans} == {None, key + ":named"}
+    for span in spans:
+        assert key + ":quiet" not in repr(dict(span.attributes))
+
+
+def test_uninstrument_stops_reporting_for_new_clients(engine, make_redlock, masters5, key, otel):
+    hiredlock.otel.instrument()
+    before = make_redlock(urls(masters5))
+    hiredlock.otel.uninstrument()
+    assert not hiredlock.otel.instrumented()
+    after = make_redlock(urls(masters5))
+    with after.lock(key + ":after", 5):
+        pass
+    otel.collect()
+    assert not otel.spans() and not otel.all_points()
+
+    with before.lock(key + ":before", 5):  # made while instrumented: keeps reporting
+        pass
+    otel.collect()
+    assert [s.name for s in otel.spans()] == ["hiredlock.acquire", "hiredlock.release"]
+
+
+def test_spans_can_be_left_out(engine, make_redlock, masters5, key, otel):
+    hiredlock.otel.instrument(spans=False)
+    with make_redlock(urls(masters5)).lock(key, 5):
+        pass
+    otel.collect()
+    assert not otel.spans()
+    assert count(otel.points("hiredlock.lock.hold.duration")) == 1
 
 
 # -- the observer fed Events directly: what no healthy run on real masters gives ------------------
@@ -205,3 +362,19 @@ except ImportError as exc:
     )
     assert "ImportError: hiredlock.otel needs the OpenTelemetry API" in result.stdout
     assert "hiredlock[otel]" in result.stdout
+
+
+def test_readme_example_runs(masters5):
+    """README's OpenTelemetry example, on a real master: it prints its spans and metrics."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("\n## OpenTelemetry\n", 1)[1]
+    example = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert "redis://127.0.0.1:6379/0" in example
+    example = example.replace("redis://127.0.0.1:6379/0", masters5[0].url)
+    result = subprocess.run(
+        [sys.executable, "-c", example], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert '"name": "hiredlock.acquire"' in result.stdout, result.stdout
+    assert '"name": "hiredlock.release"' in result.stdout
+    assert "'hiredlock.lock.hold.duration'" in result.stdout
