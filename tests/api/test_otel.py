@@ -35,7 +35,7 @@ from opentelemetry.trace import StatusCode
 from support import set_foreign, urls
 
 import hiredlock.otel
-from hiredlock import Event, Outcome, Vote
+from hiredlock import Event, LockLost, Outcome, Vote
 from hiredlock._otel.observer import OtelObserver
 
 DELTA = AggregationTemporality.DELTA
@@ -187,7 +187,8 @@ def test_failed_acquire_is_an_error_span(engine, make_redlock, masters5, key, ot
     assert span.status.status_code is StatusCode.ERROR
     assert span.attributes["error.type"] == "not_acquired"
     assert span.attributes["hiredlock.outcome"] == "not_acquired"
-    assert all(v.endswith(": TAKEN") for v in span.attributes["hiredlock.votes"]), span.attributes
+    said = [vote.rpartition(": ")[2] for vote in span.attributes["hiredlock.votes"]]
+    assert said.count("TAKEN") >= 3 and "OK" not in said, said  # (the rest: not waited for)
     waits = otel.points("hiredlock.lock.acquire.duration", hiredlock_outcome="not_acquired")
     assert count(waits) == 1 and waits[0][0]["error.type"] == "not_acquired", otel.all_points()
 
@@ -225,6 +226,26 @@ def test_killed_master_counts_master_errors_and_degraded_rounds(
         assert len(span.attributes["hiredlock.votes"]) == 5
         assert span.attributes["hiredlock.votes"][0].startswith(dead.url + ": ")
         assert span.status.status_code is StatusCode.UNSET  # the call succeeded
+
+
+def test_lock_found_lost_on_release(engine, make_redlock, masters5, key, otel):
+    hiredlock.otel.instrument()
+    redlock = make_redlock(urls(masters5))
+    lock = redlock.lock(key, 5)
+    assert lock.acquire(blocking=False)
+    set_foreign(masters5, key)  # someone else holds it everywhere now
+    with pytest.raises(LockLost):
+        lock.release()
+    otel.collect()
+
+    assert total(otel.points("hiredlock.lock.lost", hiredlock_lock_kind="Lock")) == 1
+    assert count(otel.points("hiredlock.lock.hold.duration", hiredlock_outcome="lost")) == 1
+    assert not otel.points("hiredlock.lock.hold.duration", hiredlock_outcome="released")
+    (span,) = otel.spans("hiredlock.lost")
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.attributes["error.type"] == "lock_lost"
+    assert all(v.endswith(": TAKEN") for v in span.attributes["hiredlock.votes"]), span.attributes
+    assert not otel.spans("hiredlock.release")
 
 
 def test_names_only_when_asked(engine, make_redlock, masters5, key, otel):

@@ -279,5 +279,6 @@ class OtelObserver:
             if failure is not None or any(notable(vote, event.kind) for vote in event.votes):
                 span.set_attribute("hiredlock.votes", tuple(str(vote) for vote in event.votes))
             if failure is not None:
+                span.set_attribute("error.type", failure)
                 span.set_status(Status(StatusCode.ERROR, event.reason or failure))
         span.end(end_time=end)
