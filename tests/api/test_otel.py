@@ -36,7 +36,7 @@ from support import set_foreign, urls
 
 import hiredlock.otel
 from hiredlock import Event, LockLost, Outcome, Vote
-from hiredlock._otel.observer import OtelObserver
+from hiredlock._otel.observer import OtelObserver, error_type, master_attributes
 
 DELTA = AggregationTemporality.DELTA
 
@@ -353,6 +353,38 @@ def test_degraded_counts_the_round_not_its_masters_again(otel):
         "hiredlock.operation": "extend",
     }
     assert total(otel.points("hiredlock.master.errors", hiredlock_operation="extend")) == 1
+
+
+@pytest.mark.parametrize(
+    ("master", "expected"),
+    [
+        ("redis://db1.internal:6380/2", {"server.address": "db1.internal", "server.port": 6380}),
+        ("rediss://[2001:db8::1]:6379/0", {"server.address": "2001:db8::1", "server.port": 6379}),
+        ("unix:///run/redis.sock?db=0", {"server.address": "/run/redis.sock"}),
+        (
+            "redis+sentinel://s1:26379,s2:26379/main/0",
+            {"server.address": "redis+sentinel://s1:26379,s2:26379/main/0"},
+        ),
+    ],
+)
+def test_a_master_is_named_by_the_redis_conventions(master, expected):
+    assert master_attributes(master) == {"db.system.name": "redis", **expected}
+
+
+@pytest.mark.parametrize(
+    ("outcome", "detail", "expected"),
+    [
+        (Outcome.TIMEOUT, None, "timeout"),
+        (Outcome.CONN_ERROR, "Connection refused", "conn_error"),
+        (Outcome.ERROR, "NOPERM this user has no permissions", "NOPERM"),
+        (Outcome.ERROR, "OOM", "OOM"),
+        (Outcome.ERROR, "Something unexpected", "error"),
+        (Outcome.ERROR, "READONLYISH reply", "READONLYISH"),
+        (Outcome.ERROR, None, "error"),
+    ],
+)
+def test_a_failed_master_error_type(outcome, detail, expected):
+    assert error_type(outcome, detail) == expected
 
 
 def test_instrument_checks_its_arguments(otel):

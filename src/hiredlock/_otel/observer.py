@@ -45,7 +45,7 @@ SPAN_NAMES: dict[EventKind, str] = {
     "lost": "hiredlock.lost",
 }
 
-_ERROR_PREFIX = re.compile(r"[A-Z][A-Z_]+")
+_ERROR_PREFIX = re.compile(r"[A-Z][A-Z_]+(?=\s|$)")
 
 
 def master_attributes(master: str) -> Attributes:
