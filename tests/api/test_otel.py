@@ -268,6 +268,22 @@ def test_names_only_when_asked(engine, make_redlock, masters5, key, otel):
         assert key + ":quiet" not in repr(dict(span.attributes))
 
 
+def test_a_multilock_is_named_by_its_names(engine, make_redlock, masters5, key, otel):
+    hiredlock.otel.instrument(record_names=True)
+    names = (key + ":a", key.encode() + b":b\xff")
+    with make_redlock(urls(masters5)).multilock(names, 5):
+        pass
+    otel.collect()
+
+    shown = (key + ":a", key + ":b\\xff")  # bytes that are not UTF-8: escaped
+    acquire, release = otel.spans()
+    for span in (acquire, release):
+        assert span.attributes["hiredlock.lock.kind"] == "MultiLock"
+        assert span.attributes["hiredlock.lock.name"] == shown
+    (hold,) = otel.points("hiredlock.lock.hold.duration", hiredlock_lock_kind="MultiLock")
+    assert hold[0]["hiredlock.lock.name"] == shown
+
+
 def test_uninstrument_stops_reporting_for_new_clients(engine, make_redlock, masters5, key, otel):
     hiredlock.otel.instrument()
     before = make_redlock(urls(masters5))

@@ -87,7 +87,15 @@ def notable(vote: Vote, kind: EventKind) -> bool:
     return outcome in FAILURES or (outcome is Outcome.SKIPPED and kind not in ACQUIRE_KINDS)
 
 
-def shown_name(name: Union[str, bytes]) -> str:
+def shown_name(name: Union[str, bytes, tuple[Union[str, bytes], ...]]) -> AttributeValue:
+    """A lock's name as an attribute: a string (bytes decoded, undecodable bytes escaped), or a
+    multilock's names as an array of strings."""
+    if isinstance(name, tuple):
+        return tuple(_text(part) for part in name)
+    return _text(name)
+
+
+def _text(name: Union[str, bytes]) -> str:
     return name if isinstance(name, str) else name.decode("utf-8", "backslashreplace")
 
 
