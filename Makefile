@@ -29,7 +29,7 @@ venv: $(PY)
 # The package with its native engine; a failed extension build is an error here.
 install: deps venv
 	$(PY) -m pip install -q "setuptools>=77" "Cython>=3" wheel
-	HIREDLOCK_REQUIRE_EXTENSIONS=1 $(PY) -m pip install -q --no-build-isolation -e ".[dev]"
+	HIREDLOCK_REQUIRE_EXTENSIONS=1 $(PY) -m pip install -q --no-build-isolation -e . --group dev
 
 # The test command: every API test runs on both engines, against real redis-servers.
 test: install
@@ -59,7 +59,7 @@ clean:
 # bench/run.py (e.g. BENCH_ARGS="--placements unpinned").
 .PHONY: bench
 bench: install
-	$(PY) -m pip install -q $$($(PY) bench/extras.py bench plot)
+	$(PY) -m pip install -q --group bench --group plot
 	@command -v valgrind >/dev/null || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  { $$SUDO apt-get update -q && $$SUDO apt-get install -y -q valgrind; } >/dev/null 2>&1 \
 	  || echo "valgrind could not be installed: no instruction counts"; }

