@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := redis-server libhiredis-dev pkg-config build-essential python3-dev python3-venv
 
-.PHONY: deps venv install test test-native test-python lint demo clean
+.PHONY: deps venv install test test-native test-python lint demo docs clean
 
 # System packages: installed with apt only when missing (sudo when not root).
 deps:
@@ -49,8 +49,14 @@ demo: install
 	$(PY) -m pip install -q "hiredlock[cli]"
 	$(VENV)/bin/hiredlock demo
 
+# The documentation site (mkdocs.yml, docs/): the docs dependency group, then a strict build into
+# site/ (a broken link or a reference that does not resolve fails it).
+docs: install
+	$(PY) -m pip install -q --group docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf build dist *.egg-info src/*.egg-info src/hiredlock/*.so _native/*.c .pytest_cache
+	rm -rf site build dist *.egg-info src/*.egg-info src/hiredlock/*.so _native/*.c .pytest_cache
 
 # Benchmarks (bench/): the bench extra (pytest-benchmark, the peers) and matplotlib, valgrind (for
 # instruction counts; best effort), the C reference built from bench/cref.c, redlock-ng in a venv
@@ -76,7 +82,7 @@ bench: install
 	  || echo "bench/.venv-hiredis could not be set up: the redis-py hiredis rows are skipped"
 	$(PY) bench/run.py $(BENCH_ARGS)
 
-# Packaging (docs/WHEELS.md): sdist, wheel built from the sdist, auditwheel repair, the test suite
+# Packaging (docs/internals/wheels.md): sdist, wheel built from the sdist, auditwheel repair, the test suite
 # against the installed manylinux wheel with the system libhiredis hidden, and the sdist without
 # hiredis headers. As root (mount namespaces); needs PyPI only. WHEEL_CHECK_PYTEST_ARGS selects tests.
 .PHONY: wheel-check

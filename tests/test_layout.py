@@ -101,8 +101,9 @@ def test_no_import_cycle():
     assert not cycles, cycles[:3]
 
 
-def test_readme_layout_is_the_tree():
-    """README's Layout block is generated from the modules' docstrings (tools/layout.py --write)."""
+def test_the_docs_layout_is_the_tree():
+    """The Layout block of docs/internals/layout.md is generated from the modules' docstrings
+    (tools/layout.py --write)."""
     root = PACKAGE.parent.parent
     if not (root / "tools" / "layout.py").exists():
         pytest.skip("an installed package: the source tree is not here")
@@ -112,8 +113,8 @@ def test_readme_layout_is_the_tree():
         text=True,
         check=True,
     )
-    assert result.stdout.strip() in (root / "README.md").read_text(), (
-        "README's Layout is out of date: run python tools/layout.py --write"
+    assert result.stdout.strip() in (root / "docs" / "internals" / "layout.md").read_text(), (
+        "docs/internals/layout.md is out of date: run python tools/layout.py --write"
     )
 
 

@@ -4,7 +4,7 @@
 # cibuildwheel's before-all on the Windows runner (pyproject.toml, [tool.cibuildwheel.windows]):
 #   before-all = "powershell -NoProfile -ExecutionPolicy Bypass -File {project}/tools/build_hiredis.ps1"
 # Not run on this project's own machines (Linux): the first windows-latest run of wheels.yml is its
-# test. tools/windows_cross_check.sh builds the same hiredis with CMake and MinGW-w64 (docs/WHEELS.md).
+# test. tools/windows_cross_check.sh builds the same hiredis with CMake and MinGW-w64 (docs/internals/wheels.md).
 # Same variables as build_hiredis.sh: HIREDIS_PREFIX (required), HIREDIS_VERSION, HIREDIS_SHA256,
 # HIREDIS_URL, HIREDIS_SOURCE (a local .tar.gz, checked against the same sha256).
 $ErrorActionPreference = "Stop"

@@ -57,7 +57,7 @@ case "$(uname -s)" in
   Linux) OS=linux ;;
   *) OS="$(uname -s)" ;;
 esac
-[ "$OS" = linux ] || [ "$OS" = macos ] || die "unsupported system $OS (Windows is not built yet: docs/WHEELS.md)"
+[ "$OS" = linux ] || [ "$OS" = macos ] || die "unsupported system $OS (Windows is not built yet: docs/internals/wheels.md)"
 
 sha256_of() {
   if command -v sha256sum >/dev/null 2>&1; then sha256sum "$1" | cut -d' ' -f1

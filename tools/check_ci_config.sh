@@ -19,7 +19,7 @@ fi
 for platform in linux macos windows; do
   echo "== cibuildwheel ${CIBUILDWHEEL_VERSION} --print-build-identifiers --platform $platform"
   ids="$("$TOOLS/bin/cibuildwheel" --print-build-identifiers --platform "$platform" .)"
-  echo "${ids:-(none: not a target, see docs/WHEELS.md)}"
+  echo "${ids:-(none: not a target, see docs/internals/wheels.md)}"
 done
 
 echo "== [tool.cibuildwheel] against cibuildwheel's schema"

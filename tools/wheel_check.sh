@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make wheel-check`: what can be checked of the packaging on one Debian machine, as root, with
-# only PyPI and Debian reachable (docs/WHEELS.md):
+# only PyPI and Debian reachable (docs/internals/wheels.md):
 #   1. python -m build: an sdist, then a wheel built FROM that sdist; their contents are checked
 #      (tools/check_dist.py).
 #   2. auditwheel repair gives a manylinux wheel (the system libhiredis grafted in); it is installed

@@ -215,7 +215,8 @@ def test_a_client_with_connections_of_its_own_is_refused(engine, make_redlock, c
     message = str(err)
     assert "InProcessConnection" in message
     assert "hiredlock.testing.memory_masters" in message  # what to use instead
-    assert "docs/TESTING-WITH-HIREDLOCK.md" in message  # where that is explained
+    # where that is explained
+    assert "https://hiredlock.readthedocs.io/en/latest/testing/" in message
 
 
 @pytest.mark.parametrize(

@@ -2,9 +2,9 @@
 
 Our own suite runs with it loaded through its entry point, as a user's does: the fault helpers of
 `redis_servers` are tested here directly, on both engines and both APIs. A user's project in a
-temporary directory (pytester) runs README's example test (tests/testing/user_project/, kept
-identical to README's copy) on both engines. The user project's files are not named test_*.py so
-that this suite does not collect them itself: each run copies them in as test_*.py.
+temporary directory (pytester) runs the docs' example test (tests/testing/user_project/, kept
+identical to the copy in docs/testing.md) on both engines. The user project's files are not named
+test_*.py so that this suite does not collect them itself: each run copies them in as test_*.py.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ pytest_plugins = ["pytester"]
 
 HERE = Path(__file__).resolve().parent
 USER_PROJECT = HERE / "user_project"
-README = HERE.parent.parent / "README.md"
-README_SECTION = "## Testing code that uses hiredlock"
+TESTING_PAGE = HERE.parent.parent / "docs" / "testing.md"
+EXAMPLE_SECTION = "## An example"
 
 
 def _client(url):
@@ -103,15 +103,17 @@ def test_a_bad_count_names_the_argument(redis_servers, count):
 # -- a user's project ------------------------------------------------------------------------------
 
 
-def test_readme_example_is_the_tested_copy():
-    if not README.exists():
-        pytest.skip("tests run outside the source tree (the wheel check): no README here")
-    text = README.read_text(encoding="utf-8")
-    assert README_SECTION in text, f"README has no {README_SECTION!r} section"
-    section = text.split(README_SECTION, 1)[1].split("\n## ", 1)[0]
+def test_the_docs_example_is_the_tested_copy():
+    if not TESTING_PAGE.exists():
+        pytest.skip("tests run outside the source tree (the wheel check): no docs here")
+    text = TESTING_PAGE.read_text(encoding="utf-8")
+    assert EXAMPLE_SECTION in text, f"docs/testing.md has no {EXAMPLE_SECTION!r} section"
+    section = text.split(EXAMPLE_SECTION, 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     example = (USER_PROJECT / "readme_example.py").read_text(encoding="utf-8")
-    assert example in blocks, "README's example test differs from user_project/readme_example.py"
+    assert example in blocks, (
+        "docs/testing.md's example test differs from user_project/readme_example.py"
+    )
 
 
 def test_a_user_project_passes_with_the_plugin(pytester, engine, monkeypatch):

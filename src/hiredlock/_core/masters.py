@@ -164,7 +164,7 @@ def _parse_client(pool: Any, kwargs: dict[str, Any], where: str) -> MasterSpec:
 
 # Whose connection classes go to the address in their pool: redis-py's, and valkey-py's (its fork).
 _SOCKET_CLIENT_PACKAGES = frozenset({"redis", "valkey"})
-TESTING_DOCS = "docs/TESTING-WITH-HIREDLOCK.md"
+TESTING_DOCS = "https://hiredlock.readthedocs.io/en/latest/testing/"
 
 
 def _check_connection_class(connection_class: Any, where: str) -> None:
