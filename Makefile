@@ -36,8 +36,8 @@ test: install
 	$(PY) -m pytest -q tests
 
 lint: install
-	$(VENV)/bin/ruff check src tests tools sim bench setup.py
-	$(VENV)/bin/ruff format --check src tests tools sim bench setup.py
+	$(VENV)/bin/ruff check src tests tools sim bench examples setup.py
+	$(VENV)/bin/ruff format --check src tests tools sim bench examples setup.py
 	# cython-lint runs pycodestyle as a command: the venv's, found on PATH
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/cython-lint _native
 	# mypy --strict over src/ ([tool.mypy] in pyproject.toml)
