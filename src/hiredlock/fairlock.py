@@ -10,6 +10,6 @@ __all__ = ["FairLock"]
 
 class FairLock(FairBase, Lock):
     """A Lock made by Redlock.lock(name, ttl, fair=True): blocking acquires are granted in the
-    order they were made (see README "Fair lock" for what that order is)."""
+    order they were made (see docs/kinds/fairlock.md for what that order is)."""
 
     __slots__ = ()

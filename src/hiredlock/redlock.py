@@ -57,7 +57,7 @@ class Redlock(ClientBase):
     master_timeout: seconds to wait for each master per round; None: 5% of the ttl, 5 to 50 ms.
     backend:        "auto" (HIREDLOCK_IMPL, else native when it loads), "native" or "python".
     wake:           waiters are woken when the lock they wait for is released (a notice from
-                    the masters, see README "Waiting") instead of only by the retry_delay timer;
+                    the masters, see docs/waiting.md) instead of only by the retry_delay timer;
                     False: the timer only. Each lock may say otherwise (lock(..., wake=)).
     on_event:       a plain function called with a hiredlock.Event for each thing a lock of this
                     client did (acquired, acquire_failed, released, extended, renewed,

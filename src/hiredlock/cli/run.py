@@ -2,7 +2,7 @@
 
 Takes the lock (waiting up to --wait seconds), runs COMMAND while an auto-renewing lock is held,
 passes signals on to it, and releases the lock when it ends. If a renewal fails (the lock is
-lost), COMMAND is terminated. Exit statuses: see exits.py (and README).
+lost), COMMAND is terminated. Exit statuses: see exits.py (and docs/cli.md).
 
 Signals: the ones passed on (and SIGCHLD) are blocked in every thread from the start and taken
 with sigtimedwait() by the main thread, which learns who sent them: Ctrl-C from our own terminal
