@@ -9,8 +9,8 @@ that turns each client's Events into measurements on the global meter provider a
 global tracer provider (opentelemetry.metrics / opentelemetry.trace, named "hiredlock" with the
 library's version). Only clients made after instrument() report: one made before keeps the
 observers it was made with, and so does one made before uninstrument(). Without an SDK (the API
-alone) every instrument is a no-op. The names and attributes are listed in README's
-"OpenTelemetry" section.
+alone) every instrument is a no-op. The names and attributes are listed in the docs' observability
+page (https://hiredlock.readthedocs.io/en/latest/observability/#opentelemetry).
 """
 
 from __future__ import annotations

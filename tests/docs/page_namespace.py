@@ -61,6 +61,10 @@ def namespace(calls: Calls) -> dict[str, Any]:
         "catalog": Catalog(calls),
         "storage": Storage(calls),
         "data": b"the ledger's new state",
+        "hand_over": calls.stand_in("hand_over"),
+        "transfer": calls.stand_in("transfer"),
+        "transfer_async": calls.async_stand_in("transfer_async"),
+        "amount": 250,
     }
 
 
@@ -74,5 +78,8 @@ STAND_INS = frozenset(
         "render",
         "catalog.rebuild",
         "storage.write",
+        "hand_over",
+        "transfer",
+        "transfer_async",
     }
 )
