@@ -24,13 +24,13 @@ from ._core.masters import MasterSpec
 from ._core.observe import LockStats
 from ._core.scripts import MAX_TTL_MS, Outcome
 from ._engines.selection import available_backends
-from .fairlock import FairLock
-from .lock import Lock
-from .multilock import MultiLock
-from .redlock import KeyState, Redlock, Removed
-from .rlock import RLock
-from .rwlock import ReadLock, RWLock, WriteLock
-from .semaphore import Permit, Semaphore
+from ._fairlock import FairLock
+from ._lock import Lock
+from ._multilock import MultiLock
+from ._redlock import KeyState, Redlock, Removed
+from ._rlock import RLock
+from ._rwlock import ReadLock, RWLock, WriteLock
+from ._semaphore import Permit, Semaphore
 
 MAX_TTL: float = MAX_TTL_MS / 1000.0
 """The longest ttl a lock may have, in seconds (2**31 - 1 ms, about 24.8 days)."""

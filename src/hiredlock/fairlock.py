@@ -1,15 +1,9 @@
-"""FairLock: a Lock whose waiters get it in the order they asked (see _core/fairlocks.py)."""
+"""Kept for old imports (`from hiredlock.fairlock import ...`): import from hiredlock instead.
+Importing this module warns (DeprecationWarning)."""
 
-from __future__ import annotations
-
-from ._core.fairlocks import FairBase
-from .lock import Lock
+from ._fairlock import FairLock
+from ._moved import warn_moved
 
 __all__ = ["FairLock"]
 
-
-class FairLock(FairBase, Lock):
-    """A Lock made by Redlock.lock(name, ttl, fair=True): blocking acquires are granted in the
-    order they were made (see docs/kinds/fairlock.md for what that order is)."""
-
-    __slots__ = ()
+warn_moved(__name__, __all__)

@@ -1,19 +1,9 @@
-"""MultiLock: one lock over several names, taken only if all of them are (see _core/multilocks.py
-for what it shares with hiredlock.aio.AsyncMultiLock)."""
+"""Kept for old imports (`from hiredlock.multilock import ...`): import from hiredlock instead.
+Importing this module warns (DeprecationWarning)."""
 
-from __future__ import annotations
-
-from ._core.multilocks import MultiLockBase
-from .lock import Lock
+from ._moved import warn_moved
+from ._multilock import MultiLock
 
 __all__ = ["MultiLock"]
 
-
-class MultiLock(MultiLockBase, Lock):
-    """A lock over several names, made by Redlock.multilock(): held when a quorum of masters
-    holds every name, taken in one round per attempt and released together. It has Lock's API
-    (acquire, release, extend, `with`, auto_renew, lost, on_lost, token, validity), fencing
-    aside; `name` is the tuple of names."""
-
-    __slots__ = ()
-    _kind = "MultiLock"
+warn_moved(__name__, __all__)

@@ -22,8 +22,8 @@ from aio_support import run_async  # noqa: F401  (the fixture)
 from support import assert_no_key, debug_sleep, kb, urls
 
 from hiredlock import Lock, Redlock
+from hiredlock._lock import WithStatement
 from hiredlock.aio import AsyncRedlock
-from hiredlock.lock import WithStatement
 
 
 @pytest.fixture
