@@ -226,8 +226,9 @@ def tls_table(r: Results) -> list[str]:
         "Five redis-servers of their own, each listening on a plaintext and a TLS port (TLS 1.3, "
         "certificates from a test CA, no client certificates); the same cycle as the single-cycle "
         "table on each transport, in the same run. hiredlock speaks TLS through Python's `ssl` "
-        "module on both engines (docs/internals/tls.md); redis-py's Lock uses `ssl=True`. The wheels carry "
-        "no TLS library for it: the wheel built from the tree (`pip wheel .`, linux x86_64, "
+        "module on both engines (docs/internals/tls.md); redis-py's Lock uses `ssl=True`. "
+        "The wheels carry no TLS library for it: the wheel built from the tree (`pip wheel .`, "
+        "linux x86_64, "
         "CPython 3.11, before auditwheel adds the static hiredis to both alike) was 602,463 bytes "
         "before TLS (c7d2d35) and 637,232 bytes with it (58cb0bb), +5.8%.",
         "",
