@@ -60,7 +60,7 @@ def check_names(names: Any) -> None:
 def inspect_steps(session: Session, name: Any) -> Steps:
     """Every master's view of `name`: exists, PTTL, and whether it is ours, the state of the
     read-write and fair locks and the semaphore of that name, and its holder's owner label
-    (KeyState each; four rounds)."""
+    (KeyState each; four rounds, five when a label is longer than one chunk)."""
     key = _validation.lock_name(name)
     token = session.token_held_for(key)
     timeout_ms = session.master_timeout_ms(_scripts.MAX_TTL_MS)
@@ -81,10 +81,19 @@ def inspect_steps(session: Session, name: Any) -> Steps:
             want_values=True,
         )
     )[0]
+    # The owner label: its first chunk, and the others only where a label is that long (with no
+    # label, one small round: a round of many scripts piles up on a stopped master)
     holder_keys = (key, _scripts.rw_keys(key)[0])
-    offsets = range(0, _validation.MAX_OWNER_BYTES, _scripts.OWNER_CHUNK)
-    owner_argvs = tuple((*holder_keys, b"%d" % offset) for offset in offsets)
-    parts = yield script(_scripts.OWNER_PART, 2, owner_argvs, timeout_ms, True, want_values=True)
+    parts = yield script(
+        _scripts.OWNER_PART, 2, ((*holder_keys, b"0"),), timeout_ms, True, want_values=True
+    )
+    if any(value >= _scripts.OWNER_FULL_CHUNK for value in parts[0][3] or ()):
+        offsets = range(_scripts.OWNER_CHUNK, _validation.MAX_OWNER_BYTES, _scripts.OWNER_CHUNK)
+        rest = tuple((*holder_keys, b"%d" % offset) for offset in offsets)
+        parts = [
+            *parts,
+            *(yield script(_scripts.OWNER_PART, 2, rest, timeout_ms, True, want_values=True)),
+        ]
     owners = [
         _scripts.unpack_owner([part[3][i] if part[3] else 0 for part in parts])
         for i in range(len(session.masters))

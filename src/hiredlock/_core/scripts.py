@@ -370,6 +370,7 @@ READ_CHECK = _script(
 # number exactly): KEYS = the name's key and its read-write lock's writer key (the first that
 # holds a string is read), ARGV[1] = the chunk's offset. 0: no label there; 1: past its end.
 OWNER_CHUNK = 6
+OWNER_FULL_CHUNK = 1 << (8 * OWNER_CHUNK)  # a reply at least this large holds a whole chunk
 OWNER_PART = _script(
     "local value = nil "
     "for i = 1, 2 do if redis.call('type', KEYS[i])['ok'] == 'string' then "
