@@ -29,16 +29,6 @@ EventKind = Literal[
     "lost",
     "degraded",
 ]
-EVENT_KINDS: tuple[EventKind, ...] = (
-    "acquired",
-    "acquire_failed",
-    "released",
-    "extended",
-    "renewed",
-    "renewal_retried",
-    "lost",
-    "degraded",
-)
 
 # The calls a "degraded" event names as its `operation`.
 Operation = Literal["acquire", "release", "extend", "renew"]
