@@ -1,9 +1,9 @@
-"""The hash slot of a key, checked against what a real server's CLUSTER KEYSLOT says (it answers
-on a server without cluster mode too)."""
+"""The hash slot of a key, checked against what a real cluster-mode server's CLUSTER KEYSLOT says."""
 
 from __future__ import annotations
 
 import pytest
+from servers import RedisServer, free_port
 
 from hiredlock._core.slots import SLOTS, has_hash_tag, hash_tag, key_slot
 
@@ -23,9 +23,19 @@ KEYS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def cluster_mode_server(redis_server_bin):
+    # (its cluster bus on a port of its own: the default, port + 10000, may not exist)
+    server = RedisServer(
+        extra_args=("--cluster-enabled", "yes", "--cluster-port", str(free_port()))
+    )
+    yield server
+    server.cleanup()
+
+
 @pytest.mark.parametrize("key", KEYS, ids=repr)
-def test_key_slot_is_the_servers(key: bytes, redis_factory) -> None:
-    client = redis_factory().client()
+def test_key_slot_is_the_servers(key: bytes, cluster_mode_server) -> None:
+    client = cluster_mode_server.client()
     assert key_slot(key) == client.execute_command("CLUSTER", "KEYSLOT", key)
 
 
