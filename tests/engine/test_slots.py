@@ -1,4 +1,4 @@
-"""The hash slot of a key, checked against what a real cluster-mode server's CLUSTER KEYSLOT says."""
+"""The hash slot of a key, checked against a real cluster-mode server's CLUSTER KEYSLOT."""
 
 from __future__ import annotations
 
