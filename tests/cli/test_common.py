@@ -48,6 +48,14 @@ def test_a_sentinel_url_keeps_its_comma_separated_sentinels():
     assert "only 0 of 2 masters answered" in proc.stdout
 
 
+def test_a_cluster_url_keeps_its_comma_separated_nodes():
+    from hiredlock.cli.masters import master_urls
+
+    nodes = "127.0.0.1:1,127.0.0.1:2"
+    urls, source = master_urls([f"redis+cluster://{nodes},redis://127.0.0.1:3/0"])
+    assert urls == [f"redis+cluster://{nodes}", "redis://127.0.0.1:3/0"] and source == "--masters"
+
+
 def test_python_dash_m_is_the_same_command():
     proc = subprocess.run(
         [sys.executable, "-m", "hiredlock", "--version"], capture_output=True, text=True, env=env()

@@ -1,5 +1,22 @@
 """The masters a client is given (URLs, dicts of options, redis-py clients) turned into MasterSpecs,
-checked before any I/O."""
+checked before any I/O.
+
+The forms of a master:
+- redis://[user:password@]host[:port][/db], rediss://... (TLS: the ssl_* query parameters),
+  unix:///path?db=N;
+- redis+sentinel://[user:password@]host:port[,host:port...]/service_name[/db] (and
+  rediss+sentinel://): a Sentinel group's master;
+- redis+cluster://[user:password@]host:port[,host:port...] (and rediss+cluster://, with the ssl_*
+  query parameters of rediss://): a whole Redis Cluster as one master. The nodes given are the
+  seeds asked for the slot map; the login and TLS settings apply to every node; a cluster has only
+  db 0 (a /db path or ?db= other than 0 is refused);
+- a dict of options: host, port, db, username, password, path, ssl and the ssl_* options; or
+  sentinels ("host:port" or (host, port) pairs) or sentinel (a redis-py Sentinel) with
+  service_name; or cluster ("host:port" or (host, port) pairs, or a redis-py RedisCluster) with
+  the login and ssl options;
+- a redis-py client: Redis (its address and options), one from Sentinel.master_for(), or a
+  RedisCluster (the nodes it knows as seeds, and its login and TLS options).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +25,17 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from .places import DEFAULT_SENTINEL_PORT, SentinelGroup
-from .redaction import REDACTED, shown, shown_url
-from .tls_options import TLS_OPTIONS, TLSConfig, tls_config
+from .master_options import (
+    check_host,
+    check_path,
+    host_port,
+    int_option,
+    text_option,
+    tls_option,
+)
+from .places import DEFAULT_SENTINEL_PORT, ClusterGroup, SentinelGroup
+from .redaction import REDACTED, shown_url
+from .tls_options import TLS_OPTIONS, TLSConfig
 
 MasterLike = Union[str, dict[str, Any], Any]  # a URL, a dict of options, or a redis-py client
 
@@ -20,7 +45,7 @@ _ADDRESS_KEYS = frozenset({"host", "port", "db", "username", "password", "path"}
 _SENTINEL_KEYS = frozenset(
     {"sentinels", "sentinel", "service_name", "sentinel_username", "sentinel_password"}
 )
-_DICT_KEYS = _ADDRESS_KEYS | {"ssl"} | TLS_OPTIONS | _SENTINEL_KEYS
+_DICT_KEYS = _ADDRESS_KEYS | {"ssl", "cluster"} | TLS_OPTIONS | _SENTINEL_KEYS
 # A rediss:// URL's query may carry these (a context or a CA's text has no place in a URL).
 _URL_TLS_PARAMETERS = TLS_OPTIONS - {"ssl_context", "ssl_ca_data"}
 # What a redis-py client with TLS may have set that hiredlock does not do: refused, not ignored.
@@ -38,8 +63,9 @@ _CLIENT_TLS_UNSUPPORTED = (
 class MasterSpec:
     """Where one master lives and how to log in. `path` set means a unix socket; `tls` set, a
     TLS connection (rediss://); `sentinel` set, a Sentinel group's master, wherever the sentinels
-    say it is (host and path are None); `memory` set, a master in this process
-    (hiredlock.testing's: its engine, release notices and faults are its own)."""
+    say it is (host and path are None); `cluster` set, a whole Redis Cluster counted as one
+    master (host and path are None; db 0; login and TLS are every node's); `memory` set, a master
+    in this process (hiredlock.testing's: its engine, release notices and faults are its own)."""
 
     host: Optional[str] = None
     port: int = DEFAULT_PORT
@@ -50,6 +76,7 @@ class MasterSpec:
     tls: Optional[TLSConfig] = None
     sentinel: Optional[SentinelGroup] = None
     memory: Optional[Any] = None
+    cluster: Optional[ClusterGroup] = None
 
     def identity(self) -> tuple[Any, ...]:
         """Two specs with the same identity are the same master (duplicates are refused)."""
@@ -58,6 +85,8 @@ class MasterSpec:
         if self.sentinel is not None:
             places = frozenset((host.lower(), port) for host, port in self.sentinel.sentinels)
             return ("sentinel", places, self.sentinel.service_name, self.db)
+        if self.cluster is not None:
+            return ("cluster", frozenset((host.lower(), port) for host, port in self.cluster.seeds))
         if self.path is not None:
             return ("unix", self.path, self.db)
         return ("tcp", (self.host or "").lower(), self.port, self.db)
@@ -70,6 +99,9 @@ class MasterSpec:
         if self.sentinel is not None:
             scheme = "redis+sentinel" if self.tls is None else "rediss+sentinel"
             return f"{scheme}://{self.sentinel}/{self.db}"
+        if self.cluster is not None:
+            scheme = "redis+cluster" if self.tls is None else "rediss+cluster"
+            return f"{scheme}://{self.cluster}"
         host = f"[{self.host}]" if self.host and ":" in self.host else self.host
         scheme = "redis" if self.tls is None else "rediss"
         return f"{scheme}://{host}:{self.port}/{self.db}"
@@ -78,7 +110,8 @@ class MasterSpec:
         fields = ", ".join(
             f"{field.name}={self._shown_field(field.name)}"
             for field in dataclasses.fields(self)
-            if field.name != "memory" or self.memory is not None  # (only a memory master's)
+            # (only a memory master's memory, only a cluster's cluster)
+            if field.name not in ("memory", "cluster") or getattr(self, field.name) is not None
         )
         return f"MasterSpec({fields})"
 
@@ -119,6 +152,8 @@ def _parse_master(item: Any, index: int) -> MasterSpec:
         return _parse_url(item, where)
     if isinstance(item, dict):
         return _parse_dict(item, where)
+    if _is_redis_cluster(item):
+        return _parse_dict({"cluster": item}, where)
     pool = getattr(item, "connection_pool", None)
     kwargs = getattr(pool, "connection_kwargs", None)
     if isinstance(kwargs, dict):
@@ -205,29 +240,33 @@ def _parse_dict(options: dict[str, Any], where: str) -> MasterSpec:
     unknown = sorted(set(options) - _DICT_KEYS, key=repr)
     if unknown:
         raise ValueError(f"{where}: unknown option(s) {', '.join(map(repr, unknown))}")
-    path = _text_option(options, "path", where)
-    host = _text_option(options, "host", where)
+    path = text_option(options, "path", where)
+    host = text_option(options, "host", where)
     if path is not None and host is not None:
         raise ValueError(f"{where}: give either host or path (unix socket), not both")
     if "sentinels" in options or "sentinel" in options:
+        if "cluster" in options:
+            raise ValueError(f"{where}: give cluster or sentinels, not both")
         return _parse_sentinel_dict(options, host, path, where)
+    if "cluster" in options:
+        return _parse_cluster_dict(options, host, path, where)
     for key in sorted(_SENTINEL_KEYS.intersection(options)):
         raise ValueError(f"{where}: {key} needs sentinels (a Sentinel-managed master)")
     if path is None and host is None:
         host = "localhost"
     if path is not None:
-        _check_path(path, where)
+        check_path(path, where)
     if host is not None:
-        _check_host(host, where)
-    port = _int_option(options, "port", DEFAULT_PORT, 1, 65535, where)
-    tls = _tls_option(options, path, where)
+        check_host(host, where)
+    port = int_option(options, "port", DEFAULT_PORT, 1, 65535, where)
+    tls = tls_option(options, path, where)
     return MasterSpec(
         host=host,
         port=port if path is None else DEFAULT_PORT,
         path=path,
-        db=_int_option(options, "db", 0, 0, MAX_DB, where),
-        username=_text_option(options, "username", where) or None,
-        password=_text_option(options, "password", where) or None,
+        db=int_option(options, "db", 0, 0, MAX_DB, where),
+        username=text_option(options, "username", where) or None,
+        password=text_option(options, "password", where) or None,
         tls=tls,
     )
 
@@ -250,45 +289,101 @@ def _parse_sentinel_dict(
     places: Any = options.get("sentinels")
     if isinstance(places, (str, bytes)) or not hasattr(places, "__iter__"):
         raise TypeError(f"{where}: sentinels must be a list of 'host:port' or (host, port)")
-    sentinels = tuple(_sentinel_place(place, where) for place in places)
+    sentinels = tuple(
+        host_port(place, DEFAULT_SENTINEL_PORT, "sentinel", where) for place in places
+    )
     if not sentinels:
         raise ValueError(f"{where}: sentinels must name at least one sentinel")
-    service_name = _text_option(options, "service_name", where)
+    service_name = text_option(options, "service_name", where)
     if not service_name:
         raise ValueError(f"{where}: a Sentinel-managed master needs its service_name")
     group = SentinelGroup(
         sentinels,
         service_name,
-        _text_option(options, "sentinel_username", where) or None,
-        _text_option(options, "sentinel_password", where) or None,
+        text_option(options, "sentinel_username", where) or None,
+        text_option(options, "sentinel_password", where) or None,
     )
     return MasterSpec(
         host=None,
         port=DEFAULT_PORT,
-        db=_int_option(options, "db", 0, 0, MAX_DB, where),
-        username=_text_option(options, "username", where) or None,
-        password=_text_option(options, "password", where) or None,
-        tls=_tls_option(options, None, where),
+        db=int_option(options, "db", 0, 0, MAX_DB, where),
+        username=text_option(options, "username", where) or None,
+        password=text_option(options, "password", where) or None,
+        tls=tls_option(options, None, where),
         sentinel=group,
     )
 
 
-def _sentinel_place(place: Any, where: str) -> tuple[str, int]:
-    if isinstance(place, str):
-        name, colon, port = place.rpartition(":")
-        if not colon:
-            name, port = place, str(DEFAULT_SENTINEL_PORT)
-        place = (name[1:-1] if name.startswith("[") and name.endswith("]") else name, port)
-    if not isinstance(place, (tuple, list)) or len(place) != 2:
+def _parse_cluster_dict(
+    options: dict[str, Any], host: Optional[str], path: Optional[str], where: str
+) -> MasterSpec:
+    """A Redis Cluster: `cluster` is its seed nodes ('host:port' or (host, port) pairs) or a
+    redis-py RedisCluster (the nodes it knows, its login and TLS options are read)."""
+    if host is not None or path is not None or "port" in options:
         raise ValueError(
-            f"{where}: each sentinel must be 'host:port' or a (host, port) pair, got {place!r}"
+            f"{where}: a cluster has no host, port or path of its own (give its nodes in cluster)"
         )
-    options = {"host": place[0], "port": place[1]}
-    host = _text_option(options, "host", where)
-    if not host:
-        raise ValueError(f"{where}: a sentinel's host must not be empty")
-    _check_host(host, where)
-    return host, _int_option(options, "port", DEFAULT_SENTINEL_PORT, 1, 65535, where)
+    for key in sorted(_SENTINEL_KEYS.intersection(options)):
+        raise ValueError(f"{where}: {key} needs sentinels (a Sentinel-managed master)")
+    given = options["cluster"]
+    if _is_redis_cluster(given):
+        options = {**_redis_py_cluster(given, where), **options}
+        given = options["cluster"] = options.pop("_seeds")
+    if isinstance(given, (str, bytes)) or not hasattr(given, "__iter__"):
+        raise TypeError(
+            f"{where}: cluster must be a list of 'host:port' or (host, port), or a redis-py "
+            f"RedisCluster, not {type(given).__name__}"
+        )
+    seeds = tuple(
+        dict.fromkeys(host_port(node, DEFAULT_PORT, "cluster node", where) for node in given)
+    )
+    if not seeds:
+        raise ValueError(f"{where}: cluster must name at least one node")
+    db = int_option(options, "db", 0, 0, MAX_DB, where)
+    if db != 0:
+        raise ValueError(f"{where}: a Redis Cluster has only db 0, got db {db}")
+    return MasterSpec(
+        host=None,
+        port=DEFAULT_PORT,
+        username=text_option(options, "username", where) or None,
+        password=text_option(options, "password", where) or None,
+        tls=tls_option(options, None, where),
+        cluster=ClusterGroup(seeds),
+    )
+
+
+def _is_redis_cluster(item: Any) -> bool:
+    """A redis-py RedisCluster (sync or asyncio): it has no connection pool of its own, but the
+    nodes it knows and their connections' options."""
+    return callable(getattr(item, "get_nodes", None)) and callable(
+        getattr(item, "get_connection_kwargs", None)
+    )
+
+
+def _redis_py_cluster(client: Any, where: str) -> dict[str, Any]:
+    """The seeds (the nodes it knows), login and TLS options of a redis-py RedisCluster, read
+    through its public get_nodes() and get_connection_kwargs()."""
+    kwargs = client.get_connection_kwargs()
+    if not isinstance(kwargs, dict):
+        raise TypeError(f"{where}: cannot read this RedisCluster's connection options")
+    _check_connection_class(kwargs.get("connection_class"), where)
+    if kwargs.get("credential_provider") is not None:
+        raise ValueError(
+            f"{where}: the client's credentials come from a credential_provider, which hiredlock "
+            "cannot read; pass a URL or dict with the username and password instead"
+        )
+    seeds = []
+    for node in client.get_nodes():
+        host, port = getattr(node, "host", None), getattr(node, "port", None)
+        if host is None or port is None:
+            raise ValueError(f"{where}: a node of this RedisCluster has no address")
+        seeds.append((host, port))
+    options: dict[str, Any] = {"_seeds": seeds}
+    options.update((key, kwargs[key]) for key in ("username", "password") if kwargs.get(key))
+    connection_class = getattr(kwargs.get("connection_class"), "__name__", "")
+    if kwargs.get("ssl") or "ssl" in connection_class.lower():
+        options.update(_client_tls_options(kwargs, where))
+    return options
 
 
 def _redis_py_sentinel(sentinel: Any, where: str) -> dict[str, Any]:
@@ -314,83 +409,14 @@ def _redis_py_sentinel(sentinel: Any, where: str) -> dict[str, Any]:
     return options
 
 
-def _tls_option(options: dict[str, Any], path: Optional[str], where: str) -> Optional[TLSConfig]:
-    """The master's TLS settings (ssl=True, or an ssl_context), or None for plain TCP."""
-    use = options.get("ssl", False)
-    if not isinstance(use, bool):
-        raise TypeError(f"{where}: ssl must be a bool, not {type(use).__name__}")
-    given = sorted(key for key in options if key in TLS_OPTIONS)
-    if options.get("ssl_context") is not None:
-        use = True
-    if not use:
-        if given:
-            raise ValueError(f"{where}: {', '.join(given)} given without ssl=True")
-        return None
-    if path is not None:
-        raise ValueError(f"{where}: TLS (ssl) works over TCP only, not on a unix socket")
-    return tls_config(options, where)
-
-
-def _text_option(options: dict[str, Any], key: str, where: str) -> Optional[str]:
-    """A str option that the engines can send: valid Unicode (never shown: it may be secret)."""
-    value = options.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise TypeError(f"{where}: {key} must be a str, not {type(value).__name__}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"{where}: {key} must be valid Unicode text (a lone surrogate at index {exc.start})"
-        ) from None
-    return value
-
-
-def _check_host(host: str, where: str) -> None:
-    if not host:
-        raise ValueError(f"{where}: host must not be empty")
-    # A NUL would end the host early for the native engine (a C string); a blank or a control
-    # character can only fail name resolution, master by master, at every attempt.
-    if any(char.isspace() or not char.isprintable() for char in host):
-        raise ValueError(f"{where}: host must not contain blanks or control characters: {host!r}")
-
-
-def _check_path(path: str, where: str) -> None:
-    if not path:
-        raise ValueError(f"{where}: path must not be empty")
-    if "\0" in path:  # it would end the path early for the native engine (a C string)
-        raise ValueError(f"{where}: path must not contain a NUL character: {path!r}")
-
-
-def _int_option(
-    options: dict[str, Any], key: str, default: int, low: int, high: int, where: str
-) -> int:
-    """An int option, also given as a string of ASCII digits (as URLs and configs carry them)."""
-    value = options.get(key, default)
-    if isinstance(value, str):
-        if not (value.isascii() and value.isdigit()):
-            raise ValueError(
-                f"{where}: {key} must be an int or a string of digits 0-9, got {value!r}"
-            )
-        if len(value) > 10:  # out of range anyway, and past 4300 digits int() refuses it
-            raise ValueError(
-                f"{where}: {key} must be in {low}..{high}, got a number of {len(value)} digits"
-            )
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{where}: {key} must be an int, not {type(value).__name__}")
-    if not low <= value <= high:
-        raise ValueError(f"{where}: {key} must be in {low}..{high}, got {shown(value)}")
-    return value
-
-
 def _parse_url(url: str, where: str) -> MasterSpec:
     def bad_url(reason: str) -> ValueError:
         return ValueError(f"{where}: bad URL {shown_url(url)!r}: {reason}")
 
     if url.startswith(("redis+sentinel://", "rediss+sentinel://")):
         return _parse_sentinel_url(url, where, bad_url)
+    if url.startswith(("redis+cluster://", "rediss+cluster://")):
+        return _parse_cluster_url(url, where, bad_url)
     parts, port = _split_url(url, bad_url)
     query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
     allowed = {"db", "password", "username"}
@@ -465,6 +491,43 @@ def _parse_sentinel_url(url: str, where: str, bad_url: Callable[[str], ValueErro
     options["service_name"] = unquote(segments[0])
     if len(segments) == 2:
         options["db"] = _url_db(segments[1], bad_url)
+    elif "db" in options:
+        options["db"] = _url_db(options["db"], bad_url)
+    return _parse_dict(options, where)
+
+
+def _parse_cluster_url(url: str, where: str, bad_url: Callable[[str], ValueError]) -> MasterSpec:
+    """redis+cluster://[user:password@]host:port[,host:port...][/0][?query] (rediss+cluster:// with
+    the ssl_* parameters of rediss://): the nodes are the seeds; a cluster has only db 0."""
+    scheme, _, rest = url.partition("://")
+    rest, _, query_text = rest.partition("?")
+    rest, _, _fragment = rest.partition("#")
+    netloc, _, path = rest.partition("/")
+    query = {key: values[-1] for key, values in parse_qs(query_text).items()}
+    allowed = {"db", "password", "username"}
+    options: dict[str, Any] = {}
+    if scheme == "rediss+cluster":
+        allowed |= _URL_TLS_PARAMETERS
+        options["ssl"] = True
+    unknown = sorted(set(query) - allowed)
+    if unknown:
+        raise bad_url(f"unknown parameter(s) {', '.join(unknown)}")
+    options.update(query)
+    credentials, at, hosts = netloc.rpartition("@")
+    if at:
+        username, colon, password = credentials.partition(":")
+        if username:
+            options["username"] = unquote(username)
+        if colon and password:
+            options["password"] = unquote(password)
+    if not hosts:
+        raise bad_url("no cluster node")
+    options["cluster"] = [node for node in hosts.split(",") if node]
+    segments = [segment for segment in path.split("/") if segment]
+    if len(segments) > 1:
+        raise bad_url("expected nothing or /0 after the cluster's nodes")
+    if segments:
+        options["db"] = _url_db(segments[0], bad_url)
     elif "db" in options:
         options["db"] = _url_db(options["db"], bad_url)
     return _parse_dict(options, where)

@@ -1,5 +1,6 @@
 """Where a master is, when it has no fixed address: a Sentinel group (the sentinels watching it and
-the name they know it by). hiredlock._engines.sentinel asks them; this is only the description.
+the name they know it by), or a Redis Cluster (the nodes first asked for its slot map).
+hiredlock._engines.sentinel and hiredlock._engines.cluster ask them; this is only the description.
 """
 
 from __future__ import annotations
@@ -30,4 +31,17 @@ class SentinelGroup:
         return (
             f"SentinelGroup(sentinels={self.sentinels!r}, service_name={self.service_name!r}, "
             f"username={self.username!r}, password={shown})"
+        )
+
+
+@dataclass(frozen=True)
+class ClusterGroup:
+    """A Redis Cluster as one master: the nodes first asked for its slot map (any node of the
+    cluster knows the whole map; the others it names are asked after them)."""
+
+    seeds: tuple[tuple[str, int], ...]
+
+    def __str__(self) -> str:
+        return ",".join(
+            f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in self.seeds
         )

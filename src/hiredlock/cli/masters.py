@@ -1,8 +1,9 @@
 """Where the masters come from: --masters URL[,URL...] (repeatable), else HIREDLOCK_MASTERS.
 
 The URLs are comma-separated; a Sentinel URL's own list of sentinels
-(redis+sentinel://host:port,host:port/service_name/db) stays in one piece: what follows a comma
-without a scheme belongs to the Sentinel URL before it.
+(redis+sentinel://host:port,host:port/service_name/db) and a cluster URL's list of nodes
+(redis+cluster://host:port,host:port) stay in one piece: what follows a comma without a scheme
+belongs to the Sentinel or cluster URL before it.
 """
 
 from __future__ import annotations
@@ -42,11 +43,16 @@ def master_urls(option_values: Optional[Sequence[str]]) -> tuple[list[str], str]
 
                 listed = ",".join(redact(part) for part in chunk.split(","))
                 raise CliError(f"{source}: empty URL in {listed!r} (URLs are comma-separated)")
-            if "://" not in url and len(urls) > first and "+sentinel://" in urls[-1]:
-                urls[-1] += "," + url  # one more sentinel of redis+sentinel://h:p,h:p/name
+            if "://" not in url and len(urls) > first and _has_a_list(urls[-1]):
+                urls[-1] += "," + url  # one more sentinel or node of redis+sentinel://h:p,h:p/name
             else:
                 urls.append(url)
     return urls, source
+
+
+def _has_a_list(url: str) -> bool:
+    """Whether `url` takes a comma-separated list of places (sentinels, cluster nodes)."""
+    return "+sentinel://" in url or "+cluster://" in url
 
 
 def open_redlock(urls: Sequence[str], source: str, **options: Any) -> Redlock:

@@ -152,14 +152,14 @@ def _listed(indexes: Sequence[int]) -> str:
 
 def _read(spec: Any, name: str) -> Read:
     """The value of `name` (a short form) and the permits of the semaphore `name` held on one
-    master; None for what cannot be read (also on TLS and Sentinel-managed masters, which these
-    plain redis-py reads do not reach)."""
+    master; None for what cannot be read (also on TLS, Sentinel-managed and cluster masters,
+    which these plain redis-py reads do not reach)."""
     from hiredlock._core import scripts as _scripts
     from hiredlock._core import validation as _validation
     from hiredlock._core.semaphores import MAX_PERMITS
 
     redis = need_redis(USAGE)
-    if spec.tls is not None or spec.sentinel is not None:
+    if spec.tls is not None or spec.sentinel is not None or spec.cluster is not None:
         return Read(None, None)
 
     client = redis_client(
