@@ -1,13 +1,16 @@
 """Host names to addresses, kept out of the rounds: a cache with a bounded lifetime, lookups made
 in the background, and a bounded wait for the first answer. A Sentinel group's current master is
-looked up the same way (a "place" is a (host, port) pair or a _sentinel.SentinelGroup).
+looked up the same way, and so is any other answer a Source knows how to ask for (a Redis
+Cluster's slot map: hiredlock._engines.cluster). A "place" is a (host, port) pair, a SentinelGroup
+or a Source.
 
 getaddrinfo() blocks for as long as the system resolver takes (seconds when a DNS server does not
 answer) and cannot be cancelled. So no round calls it: each lookup runs in a short-lived daemon
 thread of its own, at most one per (host, port) at a time, and a round only reads the cache.
 
 - A numeric address (127.0.0.1, ::1) needs no lookup.
-- A good answer is used for ANSWER_LIFETIME_S (a Sentinel group's: SENTINEL_ANSWER_LIFETIME_S);
+- A good answer is used for ANSWER_LIFETIME_S (a Sentinel group's: SENTINEL_ANSWER_LIFETIME_S, a
+  Source's: its lifetime_s);
   after that it is looked up again in the background while the old answer still serves, for at
   most STALE_LIFETIME_S after it came. A lookup that fails meanwhile (a DNS server or the sentinels
   not answering) does not take it away: it serves until then all the same, to every caller (the
@@ -29,7 +32,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from typing import NamedTuple, Optional, Union
+from typing import Any, ClassVar, NamedTuple, Optional, Protocol, Union, cast
 
 from .._core.places import SentinelGroup
 from .sentinel import SentinelLookupError, find_master
@@ -54,8 +57,23 @@ class Address(NamedTuple):
     port: int
 
 
+class LookupFailed(Exception):
+    """A Source's ask() found no answer; str() says why (each server's reason)."""
+
+
+class Source(Protocol):
+    """A place whose answer is not an address, asked by its own ask() in the lookup thread.
+    Hashable (it is the cache's key) and not a tuple; str() names it in messages."""
+
+    lifetime_s: ClassVar[float]  # how long a good answer is used before it is asked again
+
+    def ask(self, last: Any) -> Any:
+        """The answer (blocking); `last` is the last good answer or None. LookupFailed if none."""
+        ...
+
+
 Lookup = Union[Address, str]  # the address, or why there is none
-Place = Union[tuple[str, int], SentinelGroup]  # what is looked up
+Place = Union[tuple[str, int], SentinelGroup, Source]  # what is looked up
 
 
 def numeric_family(host: str) -> Optional[int]:
@@ -73,7 +91,7 @@ class _Entry:
     __slots__ = ("answer", "error", "fresh_until", "pending", "usable_until", "waited")
 
     def __init__(self) -> None:
-        self.answer: Optional[Address] = None  # the last good answer
+        self.answer: Optional[Any] = None  # the last good answer (an Address but for a Source's)
         self.error = ""  # why the last lookup failed ("" when it answered)
         self.fresh_until = 0.0  # past this, a new lookup is started (the answer still serves)
         self.usable_until = 0.0  # past this, the answer is not used any more (the error is)
@@ -107,31 +125,36 @@ def _address(host: str, port: int) -> Address:
     return Address(family, str(sockaddr[0]), port)  # (a str: an AF_INET or AF_INET6 one)
 
 
-def _look_up(place: Place, entry: _Entry, done: threading.Event) -> None:
-    answer: Optional[Address] = None
-    error = ""
+def _ask(place: Place, last: Any) -> tuple[Optional[Any], str, float]:
+    """(the answer or None, why there is none, how long the answer is fresh): blocks."""
+    if not isinstance(place, (tuple, SentinelGroup)):
+        try:
+            return place.ask(last), "", place.lifetime_s
+        except LookupFailed as exc:
+            return None, str(exc), 0.0
+    lifetime = ANSWER_LIFETIME_S
     if isinstance(place, SentinelGroup):
+        lifetime = SENTINEL_ANSWER_LIFETIME_S
         try:
             host, port = find_master(place)
         except SentinelLookupError as exc:
-            error = str(exc)
+            return None, str(exc), 0.0
     else:
         host, port = place
-    if not error:
-        try:
-            answer = _address(host, port)
-        except (OSError, UnicodeError, IndexError) as exc:
-            error = f"cannot resolve {host!r}: {exc}"
+    try:
+        return _address(host, port), "", lifetime
+    except (OSError, UnicodeError, IndexError) as exc:
+        return None, f"cannot resolve {host!r}: {exc}", 0.0
+
+
+def _look_up(place: Place, entry: _Entry, done: threading.Event, last: Any) -> None:
+    answer, error, lifetime = _ask(place, last)
     now = time.monotonic()
     with _mutex:
         if entry.pending is done:
             if answer is not None:
                 entry.answer, entry.error = answer, ""
-                entry.fresh_until = now + (
-                    SENTINEL_ANSWER_LIFETIME_S
-                    if isinstance(place, SentinelGroup)
-                    else ANSWER_LIFETIME_S
-                )
+                entry.fresh_until = now + lifetime
                 entry.usable_until = now + STALE_LIFETIME_S
             else:
                 # (the last good answer, if any, still serves until its usable_until)
@@ -146,7 +169,10 @@ def _start(place: Place, entry: _Entry) -> threading.Event:
     """Starts a lookup (the caller holds _mutex and has checked that none is in flight)."""
     done = entry.pending = threading.Event()
     thread = threading.Thread(
-        target=_look_up, args=(place, entry, done), name="hiredlock-resolve", daemon=True
+        target=_look_up,
+        args=(place, entry, done, entry.answer),
+        name="hiredlock-resolve",
+        daemon=True,
     )
     thread.start()
     return done
@@ -161,10 +187,12 @@ def _entry(place: Place) -> _Entry:
 
 
 def _what(place: Place) -> str:
-    return repr(place[0]) if isinstance(place, tuple) else f"the master of {place}"
+    if isinstance(place, tuple):
+        return repr(place[0])
+    return f"the master of {place}" if isinstance(place, SentinelGroup) else str(place)
 
 
-def _read(place: Place, now: float) -> tuple[Optional[Lookup], Optional[threading.Event]]:
+def _read(place: Place, now: float) -> tuple[Optional[Any], Optional[threading.Event]]:
     """What the cache says now, starting a lookup when one is due; (answer, event to wait on)."""
     with _mutex:
         entry = _entry(place)
@@ -183,7 +211,7 @@ def _read(place: Place, now: float) -> tuple[Optional[Lookup], Optional[threadin
 
 
 def _numeric(place: Place) -> Optional[Address]:
-    if isinstance(place, SentinelGroup):
+    if not isinstance(place, tuple):
         return None
     family = numeric_family(place[0])
     return None if family is None else Address(family, place[0], place[1])
@@ -191,8 +219,17 @@ def _numeric(place: Place) -> Optional[Address]:
 
 def lookup_many(places: Sequence[Place], wait_s: float) -> list[Lookup]:
     """The addresses of these places; waits at most wait_s in all (see the module doc)."""
+    return cast(list[Lookup], _answers(places, wait_s))
+
+
+def answer(place: Source, wait_s: float) -> Any:
+    """A Source's answer, or (a str) why there is none: waits as lookup_many does."""
+    return _answers((place,), wait_s)[0]
+
+
+def _answers(places: Sequence[Place], wait_s: float) -> list[Any]:
     now = time.monotonic()
-    results: list[Optional[Lookup]] = []
+    results: list[Optional[Any]] = []
     waits: list[tuple[int, threading.Event]] = []
     for index, place in enumerate(places):
         address = _numeric(place)
@@ -238,3 +275,9 @@ def refresh(place: Place) -> None:
         entry.fresh_until = 0.0
         if entry.pending is None:
             _start(place, entry)
+
+
+def forget(place: Place) -> None:
+    """Drops what the cache knows of `place` (a lookup in flight still ends, unread)."""
+    with _mutex:
+        _entries.pop(place, None)
