@@ -73,12 +73,30 @@ leaves every reply still owed accounted for, or the connection closed, before it
 
 Host names are never resolved inside a round (see _engines/resolver.py): a master whose name has no
 address yet votes CONN_ERROR with the reason.
+
+Routing (a client with a Redis Cluster among its masters; see _engines/routing.py): the engine is
+made with `router`, a routing table. Its connections are then the table's `links` (a standalone
+master is one link, a cluster one per primary), and every vote, stop rule and quorum above counts
+the table's places (`columns[i]`: the place of link i; codes have one byte per place):
+    assign    once per round, `router.assign(keys)` (a script's key: its argv[0]) gives each link
+              the keys it carries: None all of them, () none (the link takes no part in the
+              round: nothing written, not opened, not waited for), else their indexes; a link
+              writes only its keys' commands, in that order, and its failure votes only them
+    redirect  a MOVED or ASK reply to a key's command: `router.redirect(link, text)` names the
+              link to send it to (and whether ASKING goes first); when that link is connected
+              and logged in and the key was sent elsewhere fewer than MAX_REDIRECTS times in
+              this round, the command goes there ([ASKING] then the command, EVAL where that
+              link has not run the script), which owes the reply and is waited for as any link
+              of the round; else the reply is the key's vote (ERROR, with its text). A MOVED or
+              ASK reply that comes after its round is dropped.
+    version   an engine made on a table that became `stale` is closed and replaced by its owner
+              (pool.py, aio/_rounds.py), never patched
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Callable, NamedTuple, Optional, Protocol
+from typing import Any, Callable, NamedTuple, Optional, Protocol
 
 from .._core.masters import MasterSpec
 from .._core.requests import RoundRequest
@@ -135,7 +153,9 @@ class Round(Protocol):
 class Engine(Protocol):
     name: str
 
-    def __init__(self, masters: Sequence[MasterSpec], quorum: Optional[int] = None) -> None: ...
+    def __init__(
+        self, masters: Sequence[MasterSpec], quorum: Optional[int] = None, router: Any = None
+    ) -> None: ...
 
     def run(self, request: RoundRequest) -> list[RoundResult]:
         """Runs a round request to its end (the sync driver: polls with the engine's own loop).

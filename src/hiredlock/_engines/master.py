@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import select
 from collections import deque
-from typing import Any
+from typing import Any, Optional
 
 from .._core.masters import MasterSpec
 from .._core.scripts import Outcome
@@ -33,6 +33,11 @@ KIND_SCRIPT = 1
 # read; bytes too, but if that reply says NOSCRIPT those bytes (the script's EVAL) are sent then,
 # so that a master that answered late still runs the release or extend it was sent.
 LOGIN = "login"
+# ASKING the reply to the ASKING that goes before a command sent to a cluster node after an ASK
+# reply (see _engines/routing.py): read and dropped.
+ASKING = "asking"
+ASKING_COMMAND = b"*1\r\n$6\r\nASKING\r\n"
+REDIRECTS = ("MOVED ", "ASK ")  # the error replies of a cluster node that has not the key's slot
 
 # A connection the master closed shows as one of these in the idle check before a round.
 POLLRDHUP = getattr(select, "POLLRDHUP", 0)
@@ -50,6 +55,8 @@ class Master(Link):
     __slots__ = (
         "bit",
         "busy",
+        "carries",
+        "column",
         "connect_deadline",
         "deadline",
         "fd",
@@ -67,6 +74,9 @@ class Master(Link):
         super().__init__(spec)
         self.index = index
         self.bit = 1 << index  # its bit in the masks of _engines/master_policy.py
+        self.column = index  # the place it votes for (see _engines/routing.py: a cluster's node)
+        # the keys (indexes) it carries in this round: None, all (a link that is not routed)
+        self.carries: Optional[list[int]] = None
         self.fd = -1
         self.owed: deque[Any] = deque()
         self.login_due = False

@@ -190,7 +190,8 @@ class NoticeBoard:
 
     def __init__(self, masters: Sequence[MasterSpec]) -> None:
         self.masters = tuple(masters)
-        self.subscribers = [Subscriber(spec) for spec in self.masters]
+        # (a Redis Cluster's notices: not subscribed yet; its waiters fall back to their timer)
+        self.subscribers = [Subscriber(spec) for spec in self.masters if spec.cluster is None]
         self.waiters: dict[bytes, set[Any]] = {}
         # channels subscribed with no waiter, since (in that order: each is added when its last
         # waiter leaves, at a time no earlier than the others')

@@ -48,6 +48,7 @@ class EnginePool:
     def __init__(self, session: Session) -> None:
         self._session = session
         self._factory: Callable[[], Engine] = session.new_engine
+        self._stale: Optional[Callable[[Engine], bool]] = session.engine_stale
         self._idle: deque[Engine] = deque()
         # Every engine made and not closed yet, checked out ones too: a forked child closes
         # them all (the parent's threads that were using some do not exist there).
@@ -67,11 +68,17 @@ class EnginePool:
         if prefer is not None and self._take(prefer, wait_ms):
             return prefer
         try:
-            return self._idle.pop()
+            engine = self._idle.pop()
         except IndexError:
-            engine = self._factory()
-            self._live[id(engine)] = engine
-            return engine
+            pass
+        else:
+            # (a cluster's engine made on an older table of links: see _engines/routing.py)
+            if self._stale is None or not self._stale(engine) or engine.owes_replies():
+                return engine
+            self._close(engine)
+        engine = self._factory()
+        self._live[id(engine)] = engine
+        return engine
 
     def _take(self, engine: Engine, wait_ms: float) -> bool:
         """Takes `engine` from the idle list, waiting while another thread uses it (at most

@@ -58,9 +58,20 @@ class PythonEngine:
 
     name = "python"
 
-    def __init__(self, masters: Sequence[MasterSpec], quorum: Optional[int] = None) -> None:
+    def __init__(
+        self, masters: Sequence[MasterSpec], quorum: Optional[int] = None, router: Any = None
+    ) -> None:
+        # router: a routing table (_engines/routing.py's Table) when a master is a Redis
+        # Cluster: the engine's connections are then its links, and votes count its places
+        self.router = router
+        if router is not None:
+            masters = router.links
         self._masters = [Master(index, spec) for index, spec in enumerate(masters)]
-        self._quorum = quorum if quorum is not None else _quorum_of(len(self._masters))
+        self._places = len(self._masters) if router is None else router.n_places
+        if router is not None:
+            for master, column in zip(self._masters, router.columns):
+                master.column = column
+        self._quorum = quorum if quorum is not None else _quorum_of(self._places)
         self._policy = MasterPolicy([master.place for master in self._masters])
         self._generation = _fork.generation
         _resolver.prefetch([master.place for master in self._masters if master.place is not None])
@@ -78,7 +89,7 @@ class PythonEngine:
             ttl = b"%d" % int(request.ttl_ms)
             commands = [pack_set_nx_px(key, token, ttl) for key, token in zip(keys, tokens)]
             return self._begin(
-                KIND_SET, commands, None, None, request.timeout_ms, False, True, False
+                KIND_SET, commands, None, None, request.timeout_ms, False, True, False, keys
             )
         count = b"%d" % request.numkeys
         argvs = request.argvs
@@ -92,6 +103,7 @@ class PythonEngine:
             request.wait_all,
             request.honour_backoff,
             request.want_values,
+            None if self.router is None else [argv[0] for argv in argvs],
         )
 
     def finish(self, rnd: Round) -> list[RoundResult]:
@@ -125,22 +137,27 @@ class PythonEngine:
         wait_all: bool,
         honour_backoff: bool,
         want_values: bool,
+        keys: Optional[Sequence[bytes]] = None,
     ) -> Round:
         if not commands:  # nothing to do: a round with no masters, finished already
             now = time.monotonic_ns()
-            votes = Votes(0, len(self._masters), self._quorum, now, want_values)
+            votes = Votes(0, self._places, self._quorum, now, want_values)
             return Round((), None, kind, commands, evals, sha, votes, now, now, False, False)
         if self._generation != _fork.generation:  # (an attribute read: cheaper than a call)
             self.close()  # the parent's sockets: closed here, never used
             self._generation = _fork.generation
         masters = self._masters
+        router = self.router
+        if router is not None:  # (_engines/routing.py: assign)
+            for master, carries in zip(masters, router.assign(keys)):
+                master.carries = None if carries is None else list(carries)
         for master in masters:
             if master.busy:
                 master.drop()  # an exception ended its last round before the accounting
-            master.busy = True
+            master.busy = master.carries is None or bool(master.carries)
         t0 = time.monotonic_ns()
         timeout_ns = int(timeout_ms * 1_000_000)
-        votes = Votes(len(commands), len(masters), self._quorum, t0, want_values)
+        votes = Votes(len(commands), self._places, self._quorum, t0, want_values)
         rnd = Round(
             masters,
             self._policy,
@@ -154,6 +171,7 @@ class PythonEngine:
             wait_all,
             wait_all and honour_backoff,
         )
+        rnd.router = router
         try:
             self._refresh(rnd)
             self._start(rnd, t0, honour_backoff)
@@ -258,6 +276,8 @@ class PythonEngine:
             master.fresh = False
             master.waited = not lagging & master.bit
             master.todo = 0
+            if not master.busy:
+                continue  # (a cluster's node that carries no key of this round)
             if master.sock is not None:
                 master.deadline = rnd.deadline
                 if master.state != CONNECTING:
@@ -277,7 +297,9 @@ class PythonEngine:
                     why = CONNECT_TIMED_OUT if master.channel is None else TLS_HANDSHAKE_TIMED_OUT
                     rnd.fail(master, CONN_ERROR, why, unreached=True)
             elif skip & master.bit:  # (master_policy: honour_backoff)
-                rnd.votes.vote_all(master.index, CONN_ERROR, policy.last_error[master.index])
+                rnd.votes.vote_all(
+                    master.column, CONN_ERROR, policy.last_error[master.index], master.carries
+                )
             else:
                 to_open.append(master)
         if not to_open:
@@ -321,7 +343,9 @@ class PythonEngine:
             if exc.errno in LOCAL_ERRNOS:
                 # this process's failure (out of descriptors...): no backoff (see
                 # _engines/connect.py)
-                rnd.votes.vote_all(master.index, CONN_ERROR, local_error(os_error_text(exc)))
+                rnd.votes.vote_all(
+                    master.column, CONN_ERROR, local_error(os_error_text(exc)), master.carries
+                )
                 return
             rnd.fail(master, CONN_ERROR, os_error_text(exc), unreached=True)
             return

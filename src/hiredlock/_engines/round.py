@@ -21,12 +21,15 @@ from .connect import CONNECT_TIMED_OUT, TLS_HANDSHAKE_TIMED_OUT
 from .contract import RoundResult
 from .link import CONNECTING, READY, Broken, handshake_events
 from .master import (
+    ASKING,
+    ASKING_COMMAND,
     CONN_ERROR,
     ERROR,
     KIND_SET,
     LOGIN,
     OK,
     PENDING,
+    REDIRECTS,
     SKIPPED,
     TAKEN,
     TIMEOUT,
@@ -35,6 +38,7 @@ from .master import (
 from .master_policy import MasterPolicy, MasterReport
 from .poller import POLLIN, POLLOUT, new_poller
 from .resp import NOT_READY, ProtocolError, ReplyError, ReplyTooLarge, pack_command
+from .routing import MAX_REDIRECTS
 
 _MAX_DETAIL = 400  # characters of an error text kept in a vote (as the native engine)
 
@@ -95,8 +99,11 @@ class Votes:
             self.decided_at[key] = self.clock()
             self.undecided -= 1
 
-    def vote_all(self, master: int, code: int, detail: Optional[str]) -> None:
-        for key in range(len(self.codes)):
+    def vote_all(
+        self, master: int, code: int, detail: Optional[str], keys: Optional[list[int]] = None
+    ) -> None:
+        """The same vote of one master (a column) on every key, or on `keys` (a link's)."""
+        for key in range(len(self.codes)) if keys is None else keys:
             self.vote(key, master, code, detail)
 
     def explain(self, key: int, master: int, detail: str) -> None:
@@ -124,10 +131,10 @@ class Votes:
         else:
             self.vote(key, master, ERROR, "unexpected reply to the script")
 
-    def explain_pending(self, master: int, detail: str) -> None:
+    def explain_pending(self, master: int, detail: str, keys: Optional[list[int]] = None) -> None:
         """Gives the master's pending votes on undecided keys (they end as TIMEOUT) a reason."""
-        for key, codes in enumerate(self.codes):
-            if codes[master] == PENDING and not self.decided_at[key]:
+        for key in range(len(self.codes)) if keys is None else keys:
+            if self.codes[key][master] == PENDING and not self.decided_at[key]:
                 self.explain(key, master, detail)
 
     def results(self, end_ns: int) -> list[RoundResult]:
@@ -209,6 +216,8 @@ class Round:
         "poller",
         "readonly",
         "reasons",
+        "redirects",
+        "router",
         "sha",
         "unreached",
         "up",
@@ -256,6 +265,8 @@ class Round:
         self.failed = self.unreached = self.up = self.lagged = self.caught_up = 0
         self.readonly = 0
         self.reasons: Optional[dict[int, tuple[int, str]]] = None
+        self.router: Any = None  # the engine's routing table (see _engines/routing.py), if any
+        self.redirects: Optional[dict[int, int]] = None  # key -> times sent elsewhere
 
     # -- what a driver calls (contract: Round) ---------------------------------------------------
 
@@ -315,7 +326,7 @@ class Round:
 
     def _fresh_can_decide(self) -> bool:
         votes = self.votes
-        fresh = [master.index for master in self.active.values() if master.fresh]
+        fresh = [master.column for master in self.active.values() if master.fresh]
         for codes, decided, oks in zip(votes.codes, votes.decided_at, votes.oks):
             if not decided and oks + sum(codes[i] == PENDING for i in fresh) >= votes.q:
                 return True
@@ -341,7 +352,7 @@ class Round:
                         why = (
                             CONNECT_TIMED_OUT if master.channel is None else TLS_HANDSHAKE_TIMED_OUT
                         )
-                        self.votes.explain_pending(master.index, why)
+                        self.votes.explain_pending(master.column, why, master.carries)
                         master.drop()
                         self.failure(master, end, why, True)
                 elif master.todo:
@@ -386,7 +397,7 @@ class Round:
 
     def fail(self, master: Master, code: int, detail: str, unreached: bool = False) -> None:
         """The master failed in this round: each key it has not answered gets this vote."""
-        self.votes.vote_all(master.index, code, detail)
+        self.votes.vote_all(master.column, code, detail, master.carries)
         self.retire(master)
         if self.before_close is not None and master.sock is not None:
             self.before_close(master.fd)
@@ -412,22 +423,30 @@ class Round:
         """Writes the round's commands (after the login on a new connection) to a master."""
         master.unqueued = False
         sha = self.sha  # (given with evals: a script's round)
+        carries = master.carries
         if self.evals is not None and sha is not None and sha not in master.scripts:
-            data = self.evals.all()  # not sent on this connection yet: EVAL (see Master.scripts)
+            # not sent on this connection yet: EVAL (see Master.scripts)
+            evals = self.evals
+            data = evals.all() if carries is None else b"".join(evals[k] for k in carries)
             master.scripts.add(sha)
-        else:
+        elif carries is None:
             data = self.batch
+        else:
+            data = b"".join([self.commands[k] for k in carries])
         owed = master.owed
         if master.login_due:
             master.login_due = False
             data = master.login + data
             owed.extend([LOGIN] * master.n_login)
-        n_items = len(self.commands)
-        if n_items == 1:
+        if carries is not None:
+            owed.extend(carries)
+            master.todo = len(carries)
+        elif len(self.commands) == 1:
             owed.append(0)
+            master.todo = 1
         else:
-            owed.extend(range(n_items))
-        master.todo = n_items
+            owed.extend(range(len(self.commands)))
+            master.todo = len(self.commands)
         try:
             master.push(data)
         except Broken as exc:
@@ -511,7 +530,16 @@ class Round:
                         continue
                 if type(reply) is ReplyError and reply.text.startswith("READONLY"):
                     self.readonly |= master.bit  # (master_policy: READONLY)
-                votes.count(entry, master.index, self.kind, reply)
+                if (
+                    type(reply) is ReplyError
+                    and self.router is not None
+                    and reply.text.startswith(REDIRECTS)
+                    and self._redirect(master, entry, reply.text)
+                ):
+                    continue  # (its vote comes from the node it was sent to)
+                votes.count(entry, master.column, self.kind, reply)
+            elif entry is ASKING:
+                pass  # (an error to it makes the command after it fail: that is the vote)
             elif entry is LOGIN:
                 if type(reply) is ReplyError:
                     self.fail(master, ERROR, reply.text)
@@ -525,6 +553,48 @@ class Round:
                 if not self._send(master, entry):
                     return False
                 owed.append(None)
+
+    def _redirect(self, master: Master, key: int, text: str) -> bool:
+        """A MOVED or ASK reply to `key`'s command: sent, in this round, to the link the router
+        names (see _engines/routing.py), when that link is connected and the key has not been
+        sent elsewhere MAX_REDIRECTS times yet; False when it is not (the reply is the vote)."""
+        redirects = self.redirects
+        if redirects is None:
+            redirects = self.redirects = {}
+        if redirects.get(key, 0) >= MAX_REDIRECTS:
+            return False
+        target = self.router.redirect(master.index, text)
+        if target is None:
+            return False
+        link = self.masters[target[0]]
+        if link.sock is None or link.state != READY or link.login_due or link.carries is None:
+            return False
+        redirects[key] = redirects.get(key, 0) + 1
+        master.carries.remove(key)  # type: ignore[union-attr]
+        link.carries.append(key)
+        sha = self.sha
+        if sha is not None and sha not in link.scripts:
+            data = self.evals[key]  # type: ignore[index]
+            link.scripts.add(sha)
+        else:
+            data = self.commands[key]
+        if not link.busy:  # not in this round until now
+            link.busy = link.waited = True
+            link.fresh = False
+            link.todo = 0
+            link.deadline = self.deadline
+        if target[1]:
+            data = ASKING_COMMAND + data
+            link.owed.append(ASKING)
+        link.owed.append(key)
+        link.todo += 1
+        try:
+            link.push(data)
+        except Broken as exc:
+            self.fail(link, CONN_ERROR, str(exc))
+            return True
+        self.watch(link)
+        return True
 
     def _send(self, master: Master, data: bytes) -> bool:
         """Writes one more command in the middle of a round; False when the connection failed."""

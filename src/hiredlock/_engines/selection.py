@@ -13,6 +13,7 @@ from typing import Any, Optional
 from .._core.errors import EngineUnavailable
 from .._core.masters import MasterSpec
 from .python_engine import PythonEngine
+from .routing import RoutedEngines
 
 BACKENDS = ("native", "python")
 ENV_VAR = "HIREDLOCK_IMPL"
@@ -38,9 +39,17 @@ def memory_group(masters: Sequence[MasterSpec]) -> Optional[Any]:
     return None
 
 
-def engine_class(backend: str, masters: Sequence[MasterSpec] = ()) -> type:
+def engine_class(backend: str, masters: Sequence[MasterSpec] = ()) -> Any:
     """The engine class for "native", "python" or "auto" (the process default); for masters in
-    memory, their own engine (backend "auto" or "memory")."""
+    memory, their own engine (backend "auto" or "memory"); with a Redis Cluster among the
+    masters, that class routed (see _engines/routing.py)."""
+    chosen = _engine_class(backend, masters)
+    if any(spec.cluster is not None for spec in masters):
+        return RoutedEngines(chosen, masters)
+    return chosen
+
+
+def _engine_class(backend: str, masters: Sequence[MasterSpec]) -> type:
     memory = memory_group(masters)
     if memory is not None:
         engine = memory.engine_for(masters)  # (their engine checks they make one group)
@@ -49,9 +58,6 @@ def engine_class(backend: str, masters: Sequence[MasterSpec] = ()) -> type:
                 f"backend must be 'auto' or 'memory' for masters in memory, got {backend!r}"
             )
         return engine  # type: ignore[no-any-return]
-    if any(spec.cluster is not None for spec in masters):
-        # (until the engines take a cluster place's links from the cluster router)
-        raise NotImplementedError("Redis Cluster masters need the cluster router")
     if backend == "memory":
         raise ValueError(
             "backend 'memory' is for masters in memory (hiredlock.testing.memory_masters)"
@@ -79,7 +85,7 @@ def _default_engine() -> type:
         return NativeEngine if NativeEngine is not None else PythonEngine
     if forced not in BACKENDS:
         raise EngineUnavailable(f"{ENV_VAR}={forced!r}: expected 'native' or 'python'")
-    return engine_class(forced)
+    return _engine_class(forced, ())
 
 
 DEFAULT_ENGINE = _default_engine()

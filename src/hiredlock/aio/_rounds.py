@@ -229,6 +229,10 @@ class AsyncRounds:
                 continue
             self._in_flight = batch
             try:
+                stale = self._session.engine_stale
+                if self._engine is not None and stale is not None and stale(self._engine):
+                    self._engine.close()  # (a cluster's links changed: _engines/routing.py)
+                    self._engine = None
                 if self._engine is None:
                     self._engine = self._session.new_engine()
                 engine = self._engine
