@@ -1,4 +1,4 @@
-"""Waiters woken by release notices: a release PUBLISHes on `hiredlock:released:<key>`, and a
+"""Waiters woken by release notices: a release SPUBLISHes on `hiredlock:released:<key>`, and a
 waiting acquire (subscribed there through one pub/sub connection per master per client) tries
 again at once instead of at its retry timer.
 
@@ -58,7 +58,8 @@ def channel(key) -> bytes:
 
 
 def subscribers(server, key) -> int:
-    return server.admin().pubsub_numsub(channel(key))[0][1]
+    # (sharded channels: the waiters SSUBSCRIBE, the scripts SPUBLISH)
+    return server.admin().pubsub_shardnumsub(channel(key))[0][1]
 
 
 def wait_subscribed(servers, key, n=1, what="the waiter"):
@@ -192,6 +193,28 @@ def test_a_release_wakes_the_waiter(api, make_redlock, masters5, key, how):
     assert_no_key(masters5, key)
 
 
+def test_a_master_without_sharded_pub_sub_still_wakes_the_waiter(
+    api, make_redlock, redis_factory, key
+):
+    """Masters that know no SSUBSCRIBE nor SPUBLISH (Redis before 7; here both commands are
+    renamed away): the subscribers fall back to SUBSCRIBE and the scripts to PUBLISH."""
+    old = redis_factory(
+        3, extra_args=("--rename-command", "SSUBSCRIBE", "", "--rename-command", "SPUBLISH", "")
+    )
+    holder = hold(make_redlock, old, key)
+    lock = waiting_client(make_redlock, old).lock(key, HOLD_TTL)
+    waiter = Waiter(lock.acquire, timeout=WAIT_S)
+    wait_until(
+        lambda: all(s.admin().pubsub_numsub(channel(key))[0][1] == 1 for s in old),
+        10,
+        "the waiter subscribed with SUBSCRIBE on every master",
+    )
+    released = time.monotonic()
+    holder.release()
+    assert_woken(waiter, released)
+    lock.release()
+
+
 @pytest.mark.parametrize("how", ["client-wake-False", "lock-wake-False"])
 def test_without_wake_a_release_does_not_wake_the_waiter(api, make_redlock, masters5, key, how):
     """wake=False, on the client or on the lock alone (its client waking the others): the
@@ -242,7 +265,7 @@ def test_notices_published_by_hand_never_acquire(api, make_redlock, masters5, ke
         assert time.monotonic() < deadline, (
             f"{published} notices made {(set_calls(masters5) - base) / 5:g} attempts in 10 s"
         )
-        masters5[published % len(masters5)].admin().publish(channel(key), b"")
+        masters5[published % len(masters5)].admin().spublish(channel(key), b"")
         published += 1
         assert not waiter.done.is_set(), f"acquire returned after {published} false notices"
     # (an observation window: an attempt in flight takes milliseconds)
@@ -305,7 +328,7 @@ def test_a_release_between_two_attempts_still_wakes_the_waiter(
     waiter = Waiter(lock.acquire, timeout=timeout)
     wait_subscribed(masters5, key)
     armed.set()
-    masters5[0].admin().publish(channel(key), b"")  # one more (refused) attempt
+    masters5[0].admin().spublish(channel(key), b"")  # one more (refused) attempt
     assert between.wait(5), "the waiter did not try again"
     released = time.monotonic()
     holder.release()  # its notice arrives while the waiter is `delay` late for its wait
@@ -762,7 +785,7 @@ def test_many_async_waiters_one_notices_timer(engine, masters5, key, ending):
         channels = [channel(name) for name in names]
         deadline = time.monotonic() + 30
         while not all(
-            count == 1 for s in masters5 for _, count in s.admin().pubsub_numsub(*channels)
+            count == 1 for s in masters5 for _, count in s.admin().pubsub_shardnumsub(*channels)
         ):
             assert time.monotonic() < deadline, "the waiters did not all subscribe in 30 s"
             await asyncio.sleep(0.05)

@@ -109,8 +109,13 @@ class MemoryAdmin:
     def pubsub_numsub(self, *channels):
         return [(channel, self._group.subscribers(_word(channel))) for channel in channels]
 
+    pubsub_shardnumsub = pubsub_numsub  # (memory masters have one kind of channel)
+
     def publish(self, channel, message):
         return self.execute_command("PUBLISH", channel, message)
+
+    def spublish(self, channel, message):
+        return self.execute_command("SPUBLISH", channel, message)
 
     def info(self, section=None):
         if section != "commandstats":

@@ -33,11 +33,23 @@ def _script(source: str, *, acquires: bool = False) -> Script:
 # a key is this prefix and the key, a permit's key without its "hiredlock:permit:<i>:" part.
 RELEASED_CHANNEL_PREFIX = b"hiredlock:released:"
 
-# (Lua: publishes the release of KEYS[1] on its channel. pcall: a user whose ACL does not allow
-# the channel still releases; its waiters fall back to their timer.)
+
+def _publish(channel: str) -> str:
+    """(Lua: announces a release on `channel`, a Lua expression: SPUBLISH, the sharded publish
+    of Redis 7 and later, which a cluster delivers on the node of the channel's slot alone;
+    PUBLISH where the master does not know it. The subscribers do the same: see
+    _engines/notices.py. pcall: a user whose ACL does not allow the channel still releases; its
+    waiters fall back to their timer.)"""
+    return (
+        f"if type(redis.pcall('spublish', {channel}, '')) == 'table' then "
+        f"redis.pcall('publish', {channel}, '') end "
+    )
+
+
+# (Lua: publishes the release of KEYS[1] on its channel.)
 _ANNOUNCE = (
-    "redis.pcall('publish', 'hiredlock:released:' .. "
-    "(string.gsub(KEYS[1], '^hiredlock:permit:%d+:', '')), '') "
+    "local channel = 'hiredlock:released:' .. "
+    "(string.gsub(KEYS[1], '^hiredlock:permit:%d+:', '')) " + _publish("channel")
 )
 
 # Compare-then-delete: never removes a key that another holder set (KEYS[1] = key, ARGV[1] =
@@ -88,7 +100,8 @@ MULTI_RELEASE = _script(
     "local ours = 0 "
     "for _, key in ipairs(KEYS) do "
     "if redis.call('get', key) == ARGV[1] then redis.call('del', key) ours = ours + 1 "
-    "redis.pcall('publish', 'hiredlock:released:' .. key, '') end "
+    + _publish("'hiredlock:released:' .. key")
+    + "end "
     "end if ours == #KEYS then return 1 end return 0"
 )
 
@@ -411,8 +424,7 @@ FORCE_DELETE = _script(
     "if permits == 0 then removed = redis.call('del', KEYS[1]) else "
     "for i = 0, permits - 1 do "
     "removed = removed + redis.call('del', ARGV[4] .. i .. ':' .. KEYS[1]) end end "
-    "if removed > 0 then redis.pcall('publish', ARGV[2], '') redis.pcall('publish', ARGV[3], '') "
-    "end return removed"
+    "if removed > 0 then " + _publish("ARGV[2]") + _publish("ARGV[3]") + "end return removed"
 )
 
 

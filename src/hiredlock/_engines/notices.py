@@ -61,6 +61,18 @@ CONNECT_TIMEOUT_S = 2.0
 TICK_S = 0.1
 
 
+# What a subscriber reads of the pushes it gets: a sharded channel's as a plain one's;
+# b"sunsubscribe" also when the master ends a subscription itself (a cluster's slot moved away).
+_KINDS = {
+    b"message": b"message",
+    b"smessage": b"message",
+    b"subscribe": b"subscribe",
+    b"ssubscribe": b"subscribe",
+    b"sunsubscribe": b"sunsubscribe",
+}
+_MOVED = ("MOVED ", "ASK ")
+
+
 class SubscriberRefused(ProtocolError):
     """The master answered the subscriber's login or SUBSCRIBE with an error."""
 
@@ -70,10 +82,17 @@ class Subscriber(Link):
     machine a driver feeds with its socket's readiness. Raises OSError (Broken), TLSError or
     ProtocolError when the connection is unusable (the board drops it)."""
 
-    __slots__ = ("_logins_owed", "_since", "asked", "backoff", "confirmed")
+    __slots__ = ("_logins_owed", "_since", "asked", "backoff", "confirmed", "node", "sharded")
 
-    def __init__(self, spec: MasterSpec) -> None:
+    def __init__(
+        self, spec: MasterSpec, node: Optional[tuple[int, tuple[str, int]]] = None
+    ) -> None:
         super().__init__(spec)
+        # (a Redis Cluster's primary: its place and address; it takes the channels of its slots)
+        self.node = node
+        # SSUBSCRIBE, what the scripts' SPUBLISH reaches (Redis 7 and later); SUBSCRIBE once the
+        # master said it does not know it (the scripts PUBLISH there: see _core/scripts.py)
+        self.sharded = True
         self._logins_owed = 0
         self._since = 0.0
         self.asked: set[bytes] = set()  # channels SUBSCRIBE was sent for on this connection
@@ -121,7 +140,8 @@ class Subscriber(Link):
             self.flush()
 
     def on_readable(self) -> list[tuple[bytes, bytes]]:
-        """The messages that arrived: (b"message" or b"subscribe", channel) pairs."""
+        """The messages that arrived: (b"message" or b"subscribe", channel) pairs (a sharded
+        channel's smessage and ssubscribe are given as these)."""
         if self.state == CONNECTING:
             self._connected()
             return []
@@ -134,25 +154,49 @@ class Subscriber(Link):
             reply = self.reader.get()
             if reply is NOT_READY:
                 return out
+            if type(reply) is ReplyError and not self._logins_owed:
+                if self.sharded and "unknown command" in reply.text:
+                    self.sharded = False  # (before Redis 7: SUBSCRIBE, asked again)
+                    self.asked = set()
+                    continue
+                if reply.text.startswith(_MOVED):
+                    # (a cluster's slot moved: asked again once the map says where)
+                    self.asked -= self.confirmed
+                    continue
             if type(reply) is ReplyError:
                 raise SubscriberRefused(f"the master refused the subscriber: {reply.text}")
             if self._logins_owed:
                 self._logins_owed -= 1
                 continue
-            if type(reply) is list and len(reply) == 3 and reply[0] in (b"message", b"subscribe"):
-                out.append((reply[0], reply[1]))
-                if reply[0] == b"subscribe":
-                    self.confirmed.add(reply[1])
+            if type(reply) is list and len(reply) == 3:
+                kind = _KINDS.get(reply[0])
+                if kind is None:
+                    continue
+                channel = reply[1]
+                if kind == b"sunsubscribe":
+                    # the master's own (its slot moved away): asked again where it went
+                    self.asked.discard(channel)
+                    self.confirmed.discard(channel)
+                    continue
+                out.append((kind, channel))
+                if kind == b"subscribe":
+                    self.confirmed.add(channel)
                     self.backoff.succeeded()
 
     def subscribe(self, channels: Sequence[bytes], unsubscribe: Sequence[bytes]) -> None:
         """Asks for these changes (on a connection that is up)."""
         data = b""
         if channels:
-            data += pack_command((b"SUBSCRIBE", *channels))
+            if self.sharded:  # (one command each: a cluster's must name one slot's channels)
+                data += b"".join(pack_command((b"SSUBSCRIBE", one)) for one in channels)
+            else:
+                data += pack_command((b"SUBSCRIBE", *channels))
             self.asked.update(channels)
         if unsubscribe:
-            data += pack_command((b"UNSUBSCRIBE", *unsubscribe))
+            if self.sharded:
+                data += b"".join(pack_command((b"SUNSUBSCRIBE", one)) for one in unsubscribe)
+            else:
+                data += pack_command((b"UNSUBSCRIBE", *unsubscribe))
             self.asked.difference_update(unsubscribe)
             self.confirmed.difference_update(unsubscribe)
         if data:
@@ -188,10 +232,16 @@ class NoticeBoard:
     with `mutex` when waiters come from other threads.
     """
 
-    def __init__(self, masters: Sequence[MasterSpec]) -> None:
+    def __init__(self, masters: Sequence[MasterSpec], router: Any = None) -> None:
         self.masters = tuple(masters)
-        # (a Redis Cluster's notices: not subscribed yet; its waiters fall back to their timer)
-        self.subscribers = [Subscriber(spec) for spec in self.masters if spec.cluster is None]
+        # A Redis Cluster's subscribers are its primaries (one each, from the router's table of
+        # links: see _engines/routing.py), each with the channels of its slots. `router` gives
+        # the client's Router (made at the first need: its lookups are I/O).
+        self.router: Optional[Callable[[], Any]] = router
+        self._fixed = [Subscriber(spec) for spec in self.masters if spec.cluster is None]
+        self._nodes: dict[tuple[int, tuple[str, int]], Subscriber] = {}
+        self._table: Any = None
+        self.subscribers = list(self._fixed)
         self.waiters: dict[bytes, set[Any]] = {}
         # channels subscribed with no waiter, since (in that order: each is added when its last
         # waiter leaves, at a time no earlier than the others')
@@ -255,7 +305,14 @@ class NoticeBoard:
             del self.idle_since[channel]
             self.heard.pop(channel, None)
         channels = set(self.waiters) | set(self.idle_since)
+        if self.router is not None and channels:
+            self._follow_nodes()
         for subscriber in self.subscribers:
+            wanted = channels
+            if subscriber.node is not None:
+                place, address = subscriber.node
+                node_of = self._table.node_of
+                wanted = {one for one in channels if node_of(place, one) == address}
             if subscriber.sock is None:
                 if not channels or subscriber.backoff.waiting(now):
                     continue
@@ -271,10 +328,31 @@ class NoticeBoard:
             if subscriber.state == READY:
                 try:
                     subscriber.subscribe(
-                        sorted(channels - subscriber.asked), sorted(subscriber.asked - channels)
+                        sorted(wanted - subscriber.asked), sorted(subscriber.asked - wanted)
                     )
                 except (OSError, TLSError):
                     self.drop(subscriber, now)
+
+    def _follow_nodes(self) -> None:
+        """A cluster's subscribers follow its primaries: one for each link of the router's
+        newest table (kept while its node stays a primary)."""
+        table = self.router().current()  # type: ignore[misc]
+        if table is self._table:
+            return
+        self._table = table
+        nodes: dict[tuple[int, tuple[str, int]], Subscriber] = {}
+        for spec, place in zip(table.links, table.columns):
+            if self.masters[place].cluster is None:
+                continue
+            node = (place, (spec.host, spec.port))
+            kept = self._nodes.pop(node, None)
+            nodes[node] = kept if kept is not None else Subscriber(spec, node)
+        for gone in self._nodes.values():
+            if gone.sock is not None:
+                self.on_drop(gone)
+            gone.close()
+        self._nodes = nodes
+        self.subscribers = self._fixed + list(nodes.values())
 
     def readable(self, subscriber: Subscriber, now: float) -> None:
         was_up = subscriber.state == READY
@@ -286,6 +364,8 @@ class NoticeBoard:
         except (OSError, TLSError, ProtocolError):
             self.drop(subscriber, now)
             return
+        if not subscriber.asked and subscriber.state == READY and self.waiters:
+            self.service(now)  # (asked again: the master knows no SSUBSCRIBE, or a slot moved)
         for kind, channel in messages:
             if kind == b"message":
                 self.wake(channel)
@@ -356,7 +436,7 @@ class ThreadNotices:
     def __init__(self, session: Session) -> None:
         # (closed is the session's to say: set before close() is called)
         self._session = session
-        self._board = NoticeBoard(session.masters)
+        self._board = NoticeBoard(session.masters, router_of(session))
         self.heard = self._board.heard  # (see NoticeBoard.heard)
         self._label = session.label
         self._thread: Optional[threading.Thread] = None
@@ -467,6 +547,12 @@ class ThreadNotices:
             self._kick_w.close()
         self._kick_r = self._kick_w = None
         self._thread = None
+
+
+def router_of(session: Session) -> Optional[Callable[[], Any]]:
+    """What gives the router of a client with a Redis Cluster among its masters (see
+    _engines/routing.py's RoutedEngines), else None."""
+    return getattr(session.engine_class, "router", None)
 
 
 def _drain(sock: socket.socket) -> None:

@@ -43,7 +43,8 @@ from .master import (
 from .master_policy import MasterPolicy
 from .poller import POLLIN, new_poller
 from .resp import NOT_READY, ProtocolError, ReplyError, pack_command, pack_set_nx_px
-from .round import Evals, Round, Votes, run_blocking
+from .round import Evals, Round, run_blocking
+from .votes import Votes
 
 _CONNECT_MIN_NS = int(CONNECT_TIMEOUT_MIN_MS * 1_000_000)
 

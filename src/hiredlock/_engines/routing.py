@@ -137,11 +137,15 @@ class RoutedEngines:
         self._mutex = threading.Lock()
 
     def __call__(self, masters: Sequence[MasterSpec], quorum: Optional[int] = None) -> Any:
+        return self.engine_class(masters, quorum, router=self.router().current())
+
+    def router(self) -> Router:
+        """The client's router (made with the first engine, or the first release-notice
+        subscriber: its lookups are I/O)."""
         with self._mutex:
-            if self._router is None:  # (made with the first engine: its lookups are I/O)
+            if self._router is None:
                 self._router = Router(self._places)
-            router = self._router
-        return self.engine_class(masters, quorum, router=router.current())
+            return self._router
 
     @staticmethod
     def stale(engine: Any) -> bool:
@@ -212,6 +216,14 @@ class Table:
                 link = owners[slot]
                 carried[first if link < 0 else link].append(index)  # type: ignore[union-attr]
         return tuple(None if one is None else tuple(one) for one in carried)
+
+    def node_of(self, place: int, key: bytes) -> Optional[tuple[str, int]]:
+        """The address of the link of `place` that carries `key` (a cluster's)."""
+        link = self._owners[place][key_slot(key)]
+        if link < 0:
+            return None
+        spec = self.links[link]
+        return (spec.host, spec.port)  # type: ignore[return-value]
 
     def redirect(self, link: int, text: str) -> Optional[tuple[int, bool]]:
         """The link to send a key's command to after `link` answered `text` (MOVED or ASK), and

@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 from .._core.requests import heard_on
-from .._engines.notices import NoticeBoard, Subscriber
+from .._engines.notices import NoticeBoard, Subscriber, router_of
 from .._engines.poller import POLLOUT
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ class LoopNotices:
     def __init__(self, session: Session) -> None:
         # (closed is the session's to say: set before close() is called)
         self._session = session
-        self._board = NoticeBoard(session.masters)
+        self._board = NoticeBoard(session.masters, router_of(session))
         self._board.on_drop = self._unregister
         self.heard = self._board.heard  # (see NoticeBoard.heard)
         self._loop: Optional[asyncio.AbstractEventLoop] = None

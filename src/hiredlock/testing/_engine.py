@@ -33,7 +33,7 @@ from .._core.requests import RoundRequest, SetNx
 from .._core.scripts import quorum as _quorum_of
 from .._engines.contract import RoundResult
 from .._engines.master import CONN_ERROR, KIND_SCRIPT, KIND_SET
-from .._engines.round import Votes
+from .._engines.votes import Votes
 from ._masters import KILLED, STOPPED, MemoryMaster, MemoryMasters
 from ._store import Reply
 
@@ -146,7 +146,11 @@ class MemoryEngine:
 
     name = "memory"
 
-    def __init__(self, masters: Sequence[MasterSpec], quorum: Optional[int] = None) -> None:
+    def __init__(
+        self, masters: Sequence[MasterSpec], quorum: Optional[int] = None, router: Any = None
+    ) -> None:
+        if router is not None:  # (masters in memory are never a cluster's)
+            raise TypeError("the memory engine routes nothing: its masters are in memory")
         found = one_group(masters)
         self._masters = found
         self._group = found[0].group if found else None

@@ -7,9 +7,10 @@ lupa's Lua 5.1 (the language Redis embeds), so the library's own scripts run her
 server, with Redis's conversions between Lua and replies.
 
 Supported: the strings and sorted-set commands the scripts in hiredlock._core.scripts call, SET
-with NX/XX/PX/EX, EVAL, EVALSHA, SCRIPT LOAD/FLUSH/EXISTS, PING, AUTH, SELECT, PUBLISH, TIME, and
-a few more for tests (GET, DEL, EXISTS, PTTL, PEXPIRE, TYPE, INCR, KEYS, DBSIZE, FLUSHALL). Only
-database 0 exists; AUTH accepts anything (the masters run in the test's own process).
+with NX/XX/PX/EX, EVAL, EVALSHA, SCRIPT LOAD/FLUSH/EXISTS, PING, AUTH, SELECT, PUBLISH, SPUBLISH,
+TIME, and a few more for tests (GET, DEL, EXISTS, PTTL, PEXPIRE, TYPE, INCR, KEYS, DBSIZE,
+FLUSHALL). Only database 0 exists; AUTH accepts anything (the masters run in the test's own
+process).
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ class MemoryStore:
             b"ZCARD": self._zcard,
             b"TIME": self._time,
             b"PUBLISH": self._publish,
+            b"SPUBLISH": self._publish,
             b"PING": self._ping,
             b"KEYS": self._keys_command,
             b"DBSIZE": lambda args: len(self._live_keys()),
