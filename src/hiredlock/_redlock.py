@@ -63,6 +63,9 @@ class Redlock(ClientBase):
                     client did (acquired, acquire_failed, released, extended, renewed,
                     renewal_retried, lost, degraded), in the thread that did it: it must not
                     block. One that raises is logged once and never breaks a lock.
+    namespace:      a prefix (str or bytes) for every key and channel this client writes or
+                    reads, so that an ACL can grant just it (~billing:* &billing:*); a "{" in it
+                    must open a whole hash tag ("{app}:"). See docs/concepts.md, Namespaces.
 
     Every duration, here and in lock(), acquire() and extend(), is at most hiredlock.MAX_TTL
     (2**31 - 1 ms, about 24.8 days): a longer one is refused with ValueError when it is given.

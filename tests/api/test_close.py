@@ -23,7 +23,7 @@ from features_support import (  # noqa: F401  (the leakcheck fixture)
     lib_addrs,
     watchdog_threads,
 )
-from support import assert_no_key, assert_values, set_foreign, urls, wait_until
+from support import assert_no_key, assert_values, braced, set_foreign, urls, wait_until
 
 from hiredlock import HiredlockError, LockLost, NotHeld, Redlock
 
@@ -83,7 +83,7 @@ def test_close_while_holding_everything(engine, masters5, key, leakcheck):
     for name in [f"{key}:t{i}" for i in range(n_threads)] + [key + ":r", key + ":f"]:
         assert_no_key(masters5, name, "after close() (close releases held locks)")
     # The fence counter stays (fences must keep growing after a restart of the client).
-    assert all(m.admin().get(FENCE_PREFIX + (key + ":f").encode()) for m in masters5)
+    assert all(m.admin().get(FENCE_PREFIX + braced(key + ":f")) for m in masters5)
     go.set()
     for t in ts:
         t.join(10)
@@ -91,7 +91,7 @@ def test_close_while_holding_everything(engine, masters5, key, leakcheck):
     for lk in locks:
         assert not lk.held and not lk.lost.is_set()
     for m in masters5:
-        m.admin().delete(FENCE_PREFIX + (key + ":f").encode())
+        m.admin().delete(FENCE_PREFIX + braced(key + ":f"))
     leakcheck.close_and_check(rl, what="close() while holding locks")
     for m in masters5:
         assert all_keys(m) == []

@@ -119,9 +119,9 @@ def test_aclose_with_acquires_in_flight_leaves_no_key(
     for i in range(0, BURST, 2):
         name = f"{key}:{i}"
         if kind == "semaphore":
-            foreign += [f"hiredlock:permit:{p}:{name}" for p in range(2)]
+            foreign += [f"hiredlock:permit:{p}:{{{name}}}" for p in range(2)]
         elif kind == "read":
-            foreign.append(f"hiredlock:rw:w:{name}")
+            foreign.append(f"hiredlock:rw:w:{{{name}}}")
         else:
             foreign.append(name)
     for foreign_key in foreign:

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 from apis import make_redlock_fixture, pytest_generate_tests, rwlock  # noqa: F401  (both APIs)
-from support import assert_no_key, kb, urls
+from support import assert_no_key, braced, kb, urls
 
 from hiredlock import HiredlockError, LockLost, Outcome
 
@@ -15,7 +15,8 @@ from hiredlock import HiredlockError, LockLost, Outcome
 def _keys_of(master, key):
     """Every key on `master` that belongs to the name `key` (hiredlock's own prefixes too)."""
     name = kb(key)
-    return sorted(k for k in master.admin().keys("*") if k == name or k.endswith(b":" + name))
+    tail = b":" + braced(key)  # (every internal key of a name without braces ends so)
+    return sorted(k for k in master.admin().keys("*") if k == name or k.endswith(tail))
 
 
 def test_force_release_removes_every_kind_and_keeps_the_fence(engine, make_redlock, masters5, key):
@@ -31,8 +32,9 @@ def test_force_release_removes_every_kind_and_keeps_the_fence(engine, make_redlo
     reader = rwlock(holders, key, 30).read()
     assert reader.acquire(blocking=False)
     name = kb(key)
+    tail = braced(key)
     before = _keys_of(masters5[0], key)
-    assert b"hiredlock:fence:" + name in before and len(before) >= 5, before
+    assert b"hiredlock:fence:" + tail in before and len(before) >= 5, before
 
     operator = make_redlock(urls(masters5))
     report = operator.force_release(key)
@@ -41,13 +43,13 @@ def test_force_release_removes_every_kind_and_keeps_the_fence(engine, make_redlo
     assert [r.master for r in report] == [str(spec) for spec in operator.masters]
     for removed in report:
         assert removed.removed[name] == 1  # the fair lock's key
-        assert removed.removed[b"hiredlock:permit:*:" + name] == 2
-        assert removed.removed[b"hiredlock:permit:size:" + name] == 1  # (the semaphore's size)
-        assert removed.removed[b"hiredlock:rw:r:" + name] == 1
-        assert b"hiredlock:fair:q:" + name in removed.removed
-        assert b"hiredlock:fence:" + name not in removed.removed
+        assert removed.removed[b"hiredlock:permit:*:" + tail] == 2
+        assert removed.removed[b"hiredlock:permit:size:" + tail] == 1  # (the semaphore's size)
+        assert removed.removed[b"hiredlock:rw:r:" + tail] == 1
+        assert b"hiredlock:fair:q:" + tail in removed.removed
+        assert b"hiredlock:fence:" + tail not in removed.removed
     for master in masters5:
-        assert _keys_of(master, key) == [b"hiredlock:fence:" + name]
+        assert _keys_of(master, key) == [b"hiredlock:fence:" + tail]
     # the holders learn it at their next extend or release
     for lock in (fair, reader, *permits):
         with pytest.raises(LockLost):

@@ -138,7 +138,7 @@ def test_owner_label_on_every_kind(engine, make_redlock, masters5, key):
     rl = make_redlock(urls(masters5))
     permit = rl.semaphore(key, 2, 10, owner="sem:1").acquire(blocking=False)
     assert permit is not None
-    permit_key = f"hiredlock:permit:{permit.index}:{key}"
+    permit_key = f"hiredlock:permit:{permit.index}:{{{key}}}"
     assert values(masters5, permit_key)[0].endswith(b" sem:1")
     reader = rwlock(rl, key, 10, owner="reader:1").read()
     assert reader.acquire(blocking=False)

@@ -17,7 +17,7 @@ import pytest
 import redis
 import redis.sentinel
 from redis.credentials import UsernamePasswordCredentialProvider
-from support import urls
+from support import braced, urls
 
 import hiredlock
 from hiredlock import Redlock
@@ -241,7 +241,7 @@ def test_fenced_and_plain_locks_beside_the_reserved_space(engine, make_redlock, 
     with rl.lock(key, 5, fencing=True) as again:
         assert again.fence == 2  # the counter was not disturbed by the plain locks
     for server in masters5:
-        assert server.admin().get(RESERVED + key) == b"2"
+        assert server.admin().get(RESERVED.encode() + braced(key)) == b"2"
 
 
 # -- master fields --------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import time
 import pytest
 from apis import make_redlock_fixture, pytest_generate_tests, sync_only  # noqa: F401  (both APIs)
 from features_support import MT, pttls
-from support import set_foreign, urls, wait_until
+from support import braced, set_foreign, urls, wait_until
 
 from hiredlock import (
     AlreadyAcquired,
@@ -216,7 +216,7 @@ def test_a_fence_counter_can_be_deleted_when_its_resource_is_retired(
     lock = rl.lock(key, 5, fencing=True)
     assert lock.acquire(blocking=False)
     lock.release()
-    counter = b"hiredlock:fence:" + key.encode()
+    counter = b"hiredlock:fence:" + braced(key)
     assert all(server.admin().exists(counter) for server in masters5[:3])
     rl.delete_fence_counter(key)
     assert not any(server.admin().exists(counter) for server in masters5[:3])

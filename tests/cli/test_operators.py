@@ -125,7 +125,9 @@ def test_unlock_clears_a_stuck_lock_and_says_what_it_removed(engine, masters5, k
         assert permit is not None
         proc = cli("unlock", key, "--yes", *masters(masters5), environ=env(HIREDLOCK_IMPL=engine))
         assert proc.returncode == 0, proc.stderr
-        assert proc.stdout.count(f"{key} (1), hiredlock:permit:*:{key} (1)") == 5
+        tail = f"{{{key}}} (1)"  # (the name's tag: see the key layout)
+        removed = f"{key} (1), hiredlock:permit:size:{tail}, hiredlock:permit:*:{tail}"
+        assert proc.stdout.count(removed) == 5, proc.stdout
         assert f"unlocked {key!r}: keys removed on 5 of 5 masters" in proc.stdout
         assert_no_key(masters5, key)
         assert stuck.lost.is_set() is False  # (told at its next extend or release)

@@ -119,7 +119,7 @@ def test_a_semaphore_shows_which_permits_are_held(engine, masters5, key):
         # A third permit held on a minority only: shown on its masters, not counted as held.
         minority = max(set(range(5)) - set(indexes))  # (the permits are taken in random order)
         for server in masters5[:2]:
-            server.admin().set(f"hiredlock:permit:{minority}:{key}", "x" * 40, px=30_000)
+            server.admin().set(f"hiredlock:permit:{minority}:{{{key}}}", "x" * 40, px=30_000)
         proc = cli("status", key, *masters(masters5), environ=env(HIREDLOCK_IMPL=engine))
     assert proc.returncode == HELD, proc.stdout + proc.stderr
     listed = ", ".join(str(index) for index in indexes)
@@ -138,7 +138,7 @@ def test_a_semaphore_shows_which_permits_are_held(engine, masters5, key):
 
 def test_a_semaphore_permit_on_a_minority_is_not_held(masters5, key):
     for server in masters5[:2]:
-        server.admin().set(f"hiredlock:permit:0:{key}", "x" * 40, px=30_000)
+        server.admin().set(f"hiredlock:permit:0:{{{key}}}", "x" * 40, px=30_000)
     proc = cli("status", key, *masters(masters5))
     assert proc.returncode == NOT_HELD, proc.stdout + proc.stderr
     assert "semaphore: permit 0" in " ".join(rows(proc.stdout)[masters5[0].url])

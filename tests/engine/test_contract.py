@@ -10,6 +10,7 @@ import pytest
 from support import kb
 
 from hiredlock._core import requests as _requests
+from hiredlock._core.keys import NameKeys
 from hiredlock._core.masters import parse_masters
 from hiredlock._core.scripts import RELEASE, Outcome
 from hiredlock._engines import contract
@@ -124,5 +125,6 @@ def test_the_hand_built_release_request_is_the_one_script_makes():
     with hiredlock.Redlock(["redis://127.0.0.1:1"], master_timeout=0.2) as rl:
         lock = rl.lock("name", 10)
         built = lock._release_request(b"token")
-        made = _requests.script(RELEASE, 1, ((b"name", b"token"),), 200.0, True)
+        channel = NameKeys(b"", b"name").channel  # (the release announces on it)
+        made = _requests.script(RELEASE, 1, ((b"name", b"token", channel),), 200.0, True)
         assert type(built) is type(made) and built == made

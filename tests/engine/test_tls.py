@@ -37,6 +37,7 @@ from support import (
     assert_no_key,
     assert_pttl_between,
     assert_values,
+    braced,
     check_quorum_mask,
     open_connections,
     set_foreign,
@@ -140,7 +141,7 @@ def full_cycle(rl, servers, key):
     assert_no_key(servers, key)
 
     fenced = f"{key}:fenced"
-    fence_key = b"hiredlock:fence:" + fenced.encode()
+    fence_key = b"hiredlock:fence:" + braced(fenced)
     fences = []
     for _ in range(2):
         lock = rl.lock(fenced, TTL, fencing=True)

@@ -38,13 +38,12 @@ import time
 import pytest
 from apis import api_fixture, both_apis, make_redlock_fixture  # noqa: F401  (@both_apis tests)
 from servers import REDIS_SERVER, RedisServer
-from support import assert_no_key, assert_values, attempt, urls, vote_for, wait_until
+from support import assert_no_key, assert_values, attempt, braced, urls, vote_for, wait_until
 
 from faults.masters import Fault
 from faults.proxy import _pdeathsig
 from faults.scenario import Scenario
 from hiredlock import LockLost, LockNotAcquired, Outcome, QuorumUnreachable
-from hiredlock._core.scripts import fence_key
 
 HASH = {b"field": b"value"}
 
@@ -661,9 +660,9 @@ def test_wrongtype_fence_counter(make_redlock, redis_factory, key):
     removes the lock keys the failed scripts left behind."""
     servers = redis_factory(3)
     for s in servers[:2]:
-        s.admin().hset(fence_key(key.encode()), mapping={"x": "y"})
+        s.admin().hset((b"hiredlock:fence:" + braced(key)), mapping={"x": "y"})
     rl = make_redlock(urls(servers), retry_count=1)
     acquire_fails(rl.lock(key, 5, fencing=True), "WRONGTYPE", servers[:2])
     assert_no_key(servers, key)
     for s in servers[:2]:
-        assert s.admin().type(fence_key(key.encode())) == b"hash"
+        assert s.admin().type(b"hiredlock:fence:" + braced(key)) == b"hash"

@@ -36,7 +36,7 @@ import threading
 import time
 
 import pytest
-from support import urls, wait_until
+from support import braced, urls, wait_until
 
 from faults.kinds import (
     KIND_FAULTS,
@@ -182,7 +182,7 @@ def test_a_shorter_window_keeps_a_waiters_place(engine, make_redlock, masters5, 
             grants.append(name)
             lock.release()
 
-    queue = b"hiredlock:fair:q:" + key.encode()
+    queue = b"hiredlock:fair:q:" + braced(key)
     a = threading.Thread(target=waiter, args=("A", slow_rl.lock(key, 10, fair=True)))
     a.start()
     time.sleep(0.05)
@@ -214,7 +214,7 @@ def test_a_minority_win_keeps_the_waiters_place(engine, make_redlock, masters5, 
         warm.release()
     for m in masters5[2:]:
         m.admin().set(key, b"holder", px=5000)
-    queue = b"hiredlock:fair:q:" + key.encode()
+    queue = b"hiredlock:fair:q:" + braced(key)
     x = x_rl.lock(key, 5, fair=True)
     got = {}
     t = threading.Thread(target=lambda: got.setdefault("x", x.acquire(timeout=4)))

@@ -28,7 +28,16 @@ from typing import Any, Callable, Optional
 import pytest
 from apis import make_redlock_fixture, pytest_generate_tests, timed  # noqa: F401  (both APIs)
 from features_support import lock_keys, script_calls
-from support import EXTRA_SLACK, assert_values, kb, open_connections, urls, values, wait_until
+from support import (
+    EXTRA_SLACK,
+    assert_values,
+    braced,
+    kb,
+    open_connections,
+    urls,
+    values,
+    wait_until,
+)
 
 import hiredlock
 import hiredlock.aio
@@ -47,8 +56,8 @@ def window_s(retry_delay: float, master_timeout: float) -> float:
 
 
 def queue_keys(key) -> tuple[bytes, bytes]:
-    """The documented queue keys of a name: (hiredlock:fair:q:<name>, hiredlock:fair:e:<name>)."""
-    k = kb(key)
+    """The documented queue keys of a name: hiredlock:fair:q:{<name>} and :e:{<name>}."""
+    k = braced(key)
     return b"hiredlock:fair:q:" + k, b"hiredlock:fair:e:" + k
 
 

@@ -14,7 +14,7 @@ import time
 import pytest
 from apis import fence_worker, pytest_generate_tests  # noqa: F401  (sync and async APIs)
 from features_support import leakcheck_fixture  # noqa: F401  (the leakcheck fixture)
-from support import urls
+from support import braced, urls
 
 TTL = 1.0
 MASTER_TIMEOUT = 0.1
@@ -134,5 +134,5 @@ def test_fences_increase_in_acquisition_order_across_restarts(
     # Fence counters persist (by design); the test removes them before the leak check.
     live = masters5[1:]
     for m in live:
-        m.admin().delete(b"hiredlock:fence:" + key.encode())
+        m.admin().delete(b"hiredlock:fence:" + braced(key))
     leakcheck.close_and_check(servers=live, what="the workers' exit")

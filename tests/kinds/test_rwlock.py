@@ -33,6 +33,7 @@ from support import (
     EXTRA_SLACK,
     TOKEN_RE,
     assert_no_key,
+    braced,
     open_connections,
     set_foreign,
     urls,
@@ -48,15 +49,20 @@ MARK_PARTS = (b"ww:", b"rw:", b"rp:")
 
 
 def wkey(name: str) -> bytes:
-    return RW + b"w:" + name.encode()
+    return RW + b"w:" + braced(name)
 
 
 def rkey(name: str) -> bytes:
-    return RW + b"r:" + name.encode()
+    return RW + b"r:" + braced(name)
 
 
 def mark_key(part: bytes, name: str) -> bytes:
-    return RW + part + name.encode()
+    return RW + part + braced(name)
+
+
+def rw_channel(name: str) -> bytes:
+    """Where a release of the read-write lock `name` is announced."""
+    return b"hiredlock:released:rw:" + braced(name)
 
 
 def marks(name: str) -> set[bytes]:
@@ -683,7 +689,7 @@ def test_last_readers_release_wakes_a_waiting_writer(api, make_redlock, masters5
     assert r1.acquire(blocking=False) is True and r2.acquire(blocking=False) is True
     writer = rwlock(b, key, 30).write()
     waiting = Background(lambda: timed(writer.acquire, timeout=15))
-    channel = hiredlock._core.scripts.released_channel(wkey(key))
+    channel = rw_channel(key)
     try:
         wait_until(lambda: on_all(masters5, mark_key(b"ww:", key)), 5, "the writer's mark")
         wait_until(lambda: parked(b, channel), 5, "the writer parked on its channel")
@@ -711,7 +717,7 @@ def test_release_during_a_refused_attempt_wakes_the_waiter(api, make_redlock, ma
     retry_delay timer (>= 3 s here)."""
     (a,) = clients(make_redlock, masters5, 1)
     (b,) = clients(make_redlock, masters5, 1, retry_delay=6, master_timeout=0.5)
-    channel = hiredlock._core.scripts.released_channel(wkey(key))
+    channel = rw_channel(key)
     first = rwlock(a, key, 30).write()
     assert first.acquire(blocking=False) is True
     reader = rwlock(b, key, 30).read()

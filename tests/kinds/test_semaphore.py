@@ -32,6 +32,7 @@ from support import (
     assert_no_key,
     assert_pttl_between,
     assert_values,
+    braced,
     open_connections,
     urls,
     values,
@@ -46,8 +47,8 @@ WORKER = os.path.join(SUPPORT_DIR, "_semaphore_worker.py")
 
 
 def permit_key(name: str, index: int) -> bytes:
-    """The documented key of permit `index`: hiredlock:permit:<index>:<name>."""
-    return b"hiredlock:permit:%d:%s" % (index, name.encode())
+    """The documented key of permit `index`: hiredlock:permit:<index>:{<name>}."""
+    return b"hiredlock:permit:%d:%s" % (index, braced(name))
 
 
 def assert_no_permit_keys(servers, name, permits, msg=""):

@@ -11,14 +11,14 @@ import time
 
 import pytest
 from apis import make_redlock_fixture, pytest_generate_tests  # noqa: F401
-from support import open_connections, urls
+from support import braced, open_connections, urls
 
 import hiredlock
 from hiredlock import HiredlockError, SemaphoreSizeMismatch
 
 
 def size_key(name: str) -> bytes:
-    return b"hiredlock:permit:size:" + name.encode()
+    return b"hiredlock:permit:size:" + braced(name)
 
 
 def test_two_sizes_never_give_more_holders_than_the_smaller(make_redlock, masters5, key):

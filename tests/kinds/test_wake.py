@@ -25,6 +25,7 @@ from support import (
     FOREIGN,
     assert_no_key,
     assert_values,
+    braced,
     in_child,
     open_connections,
     set_foreign,
@@ -54,7 +55,7 @@ HOLD_TTL = 60
 
 def channel(key) -> bytes:
     """The channel a release of `key` (a lock's name, or a semaphore's) is announced on."""
-    return CHANNEL_PREFIX + (key.encode() if isinstance(key, str) else key)
+    return CHANNEL_PREFIX + braced(key)
 
 
 def subscribers(server, key) -> int:

@@ -41,6 +41,14 @@ def kb(key) -> bytes:
     return key.encode() if isinstance(key, str) else bytes(key)
 
 
+def braced(name) -> bytes:
+    """What follows the kind in every internal key and channel of a name without braces and
+    without a namespace (docs/keys.md): the name in braces, its hash tag."""
+    raw = kb(name)
+    assert b"{" not in raw and b"}" not in raw, raw
+    return b"{" + raw + b"}"
+
+
 def values(servers, key):
     """GET key on every server (callers pass live, running servers only)."""
     return [s.admin().get(key) for s in servers]

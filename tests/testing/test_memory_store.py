@@ -14,6 +14,7 @@ import time
 import pytest
 
 from hiredlock._core import scripts as S
+from hiredlock._core.keys import NameKeys
 from hiredlock._engines.resp import NOT_READY, Reader, ReplyError, pack_command
 from hiredlock.testing import MemoryStore
 
@@ -73,11 +74,14 @@ def eval_(script, keys, *argv):
 
 # Each step: a command (a tuple), ("~", command) for a reply derived from a pttl, or a number of
 # seconds to sleep (on both sides alike: expiry).
-K, F = "lock", S.fence_key(b"lock")
-RW = S.rw_keys(b"rw")
-Q, E = S.fair_keys(b"fair")
+K, F = "lock", NameKeys(b"", b"lock").fence
+KC = NameKeys(b"", b"lock").channel  # (where K's releases are announced)
+RW = NameKeys(b"", b"rw").rw
+RWC = NameKeys(b"", b"rw").rw_channel
+Q, E = NameKeys(b"", b"fair").fair
+FC = NameKeys(b"", b"fair").channel
 FAIR = ("fair", Q, E)
-PERMITS = [S.permit_key(b"sem", i) for i in range(3)]
+PERMITS = [NameKeys(b"", b"sem").permit(i) for i in range(3)]
 
 SEQUENCES = {
     "set_release_extend": [
@@ -85,28 +89,28 @@ SEQUENCES = {
         ("SET", K, "t2", "NX", "PX", 5000),
         ("GET", K),
         ("~", ("PTTL", K)),
-        eval_(S.RELEASE, [K], "t2"),
+        eval_(S.RELEASE, [K], "t2", KC),
         eval_(S.EXTEND, [K], "t2", 9000),
         eval_(S.EXTEND, [K], "t1", 9000),
         ("~", ("PTTL", K)),
-        evalsha(S.RELEASE, [K], "t1"),
+        evalsha(S.RELEASE, [K], "t1", KC),
         ("GET", K),
         evalsha(S.EXTEND, [K], "t1", 9000),
         ("EXISTS", K),
     ],
     "release_after_failure": [
-        eval_(S.RELEASE_AFTER_FAILURE, [K], "t1"),
+        eval_(S.RELEASE_AFTER_FAILURE, [K], "t1", KC),
         ("SET", K, "t2", "NX", "PX", 3000),
-        ("~", eval_(S.RELEASE_AFTER_FAILURE, [K], "t1")),
+        ("~", eval_(S.RELEASE_AFTER_FAILURE, [K], "t1", KC)),
         ("SET", "plain", "x"),
-        eval_(S.RELEASE_AFTER_FAILURE, ["plain"], "t1"),
-        eval_(S.RELEASE_AFTER_FAILURE, [K], "t2"),
+        eval_(S.RELEASE_AFTER_FAILURE, ["plain"], "t1", KC),
+        eval_(S.RELEASE_AFTER_FAILURE, [K], "t2", KC),
         ("EXISTS", K),
     ],
     "fencing": [
         eval_(S.ACQUIRE_FENCED, [K, F], "t1", 5000),
         eval_(S.ACQUIRE_FENCED, [K, F], "t2", 5000),
-        eval_(S.RELEASE, [K], "t1"),
+        eval_(S.RELEASE, [K], "t1", KC),
         eval_(S.ACQUIRE_FENCED, [K, F], "t2", 5000),
         ("GET", F),
         eval_(S.RAISE_FENCE, [F], 10),
@@ -137,7 +141,7 @@ SEQUENCES = {
         eval_(S.ACQUIRE_FIRST_FREE, PERMITS, "t2", 5000),
         eval_(S.ACQUIRE_FIRST_FREE, PERMITS, "t3", 5000),
         eval_(S.ACQUIRE_FIRST_FREE, PERMITS, "t4", 5000),
-        eval_(S.RELEASE, [PERMITS[1]], "t2"),
+        eval_(S.RELEASE, [PERMITS[1]], "t2", KC),
         eval_(S.ACQUIRE_FIRST_FREE, PERMITS, "t4", 5000),
         ("GET", PERMITS[1]),
     ],
@@ -149,34 +153,34 @@ SEQUENCES = {
         eval_(S.READ_EXTEND, RW, "r1", 8000),
         eval_(S.READ_EXTEND, RW, "rx", 8000),
         eval_(S.INSPECT_KINDS, (RW[0], RW[1], Q, E)),
-        eval_(S.READ_RELEASE, RW, "r1"),
-        eval_(S.READ_RELEASE, RW, "r1"),
-        eval_(S.READ_UNDO, RW, "r2", 5000, 2000, 50, "1"),
+        eval_(S.READ_RELEASE, RW, "r1", 5000, 2000, 50, RWC),
+        eval_(S.READ_RELEASE, RW, "r1", 5000, 2000, 50, RWC),
+        eval_(S.READ_UNDO, RW, "r2", 5000, 2000, 50, RWC, "1"),
         ("EXISTS", *RW),
         eval_(S.WRITE_ACQUIRE, RW, "w1", 5000, 2000, 50),
         eval_(S.READ_ACQUIRE, RW, "r3", 5000, 2000, 50),
         eval_(S.INSPECT_KINDS, (RW[0], RW[1], Q, E)),
-        eval_(S.WRITE_RELEASE, RW, "w2", 5000, 2000, 50),
-        eval_(S.WRITE_RELEASE, RW, "w1", 5000, 2000, 50),
+        eval_(S.WRITE_RELEASE, RW, "w2", 5000, 2000, 50, RWC),
+        eval_(S.WRITE_RELEASE, RW, "w1", 5000, 2000, 50, RWC),
         ("EXISTS", RW[4]),
         ("EXISTS", RW[3]),
         eval_(S.READ_ACQUIRE, RW, "r3", 5000, 2000, 50),
         eval_(S.WRITE_ACQUIRE, RW, "w2", 5000, 2000, 50),
-        eval_(S.WRITE_UNDO, RW, "w2", 5000, 2000, 50, "0"),
-        eval_(S.WRITE_UNDO, RW, "w2", 5000, 2000, 50, "1"),
+        eval_(S.WRITE_UNDO, RW, "w2", 5000, 2000, 50, RWC, "0"),
+        eval_(S.WRITE_UNDO, RW, "w2", 5000, 2000, 50, RWC, "1"),
         ("EXISTS", *RW),
     ],
     "fair": [
         eval_(S.FAIR_ACQUIRE, FAIR, "t1", 5000, "k1", 1, 3000),
         eval_(S.FAIR_ACQUIRE, FAIR, "t2", 5000, "k2", 2, 3000),
         ("ZRANGE", Q, 0, -1),
-        ("~", eval_(S.FAIR_UNDO, FAIR, "t2", 5000, "k2", 2, 3000)),
+        ("~", eval_(S.FAIR_UNDO, FAIR, "t2", 5000, "k2", 2, 3000, FC)),
         eval_(S.INSPECT_KINDS, (RW[0], RW[1], Q, E)),
-        eval_(S.FAIR_RELEASE, FAIR, "t1", "k1"),
-        eval_(S.FAIR_UNDO, FAIR, "t2", 5000, "k2", 2, 3000),
+        eval_(S.FAIR_RELEASE, FAIR, "t1", "k1", FC),
+        eval_(S.FAIR_UNDO, FAIR, "t2", 5000, "k2", 2, 3000, FC),
         eval_(S.FAIR_ACQUIRE, FAIR, "t2", 5000, "k2", 2, 3000),
-        eval_(S.FAIR_UNDO, FAIR, "t2", 5000, "k2", 2, 3000),
-        eval_(S.FAIR_RELEASE, FAIR, "", "k2"),
+        eval_(S.FAIR_UNDO, FAIR, "t2", 5000, "k2", 2, 3000, FC),
+        eval_(S.FAIR_RELEASE, FAIR, "", "k2", FC),
         ("EXISTS", K, Q, E, "fair"),
     ],
     "expiry": [
@@ -270,8 +274,9 @@ def test_memory_store_publishes_releases_to_its_listener():
     heard = []
     store.on_publish = lambda channel, message: heard.append((channel, message)) or 1
     store.execute([b"SET", b"k", b"t", b"NX", b"PX", b"1000"], 0)
-    assert store.execute([b"EVAL", S.RELEASE.source, b"1", b"k", b"t"], 10) == 1
-    assert heard == [(S.released_channel(b"k"), b"")]
+    channel = NameKeys(b"", b"k").channel
+    assert store.execute([b"EVAL", S.RELEASE.source, b"1", b"k", b"t", channel], 10) == 1
+    assert heard == [(channel, b"")]
 
 
 def test_memory_store_expires_keys_by_the_time_it_is_given():

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple, Optional
 from . import scripts as _scripts
 from . import validation as _validation
 from .errors import HiredlockError, QuorumUnreachable
+from .keys import NameKeys
 from .requests import Steps, script
 from .scripts import Outcome
 from .semaphores import MAX_PERMITS as _MAX_PERMITS
@@ -44,7 +45,7 @@ class KeyState(NamedTuple):
 
 class Removed(NamedTuple):
     """What force_release removed from one master: each key (or the permits of the name's
-    semaphore, as hiredlock:permit:*:<name>) with how many keys went."""
+    semaphore, as its permits' key with "*" for the index) with how many keys went."""
 
     master: str
     outcome: Outcome  # OK when the master answered; a failure outcome otherwise
@@ -61,21 +62,22 @@ def inspect_steps(session: Session, name: Any) -> Steps:
     """Every master's view of `name`: exists, PTTL, and whether it is ours, the state of the
     read-write and fair locks and the semaphore of that name, and its holder's owner label
     (KeyState each; four rounds, five when a label is longer than one chunk)."""
-    key = _validation.lock_name(name)
+    layout = NameKeys(session.namespace, _validation.lock_name(name))
+    key = layout.key
     token = session.token_held_for(key)
     timeout_ms = session.master_timeout_ms(_scripts.MAX_TTL_MS)
     result = (
         yield script(_scripts.INSPECT, 1, ((key, token),), timeout_ms, True, want_values=True)
     )[0]
-    kind_keys = (*_scripts.rw_keys(key)[:2], *_scripts.fair_keys(key))
+    kind_keys = (*layout.rw[:2], *layout.fair)
     kinds = (
         yield script(_scripts.INSPECT_KINDS, 4, (kind_keys,), timeout_ms, True, want_values=True)
     )[0]
     semaphore = (
         yield script(
             _scripts.INSPECT_PERMITS,
-            2,
-            ((_scripts.permit_size_key(key), key),),
+            1,
+            ((layout.permit_size, *layout.permit_parts),),
             timeout_ms,
             True,
             want_values=True,
@@ -83,7 +85,7 @@ def inspect_steps(session: Session, name: Any) -> Steps:
     )[0]
     # The owner label: its first chunk, and the others only where a label is that long (with no
     # label, one small round: a round of many scripts piles up on a stopped master)
-    holder_keys = (key, _scripts.rw_keys(key)[0])
+    holder_keys = (key, layout.rw[0])
     parts = yield script(
         _scripts.OWNER_PART, 2, ((*holder_keys, b"0"),), timeout_ms, True, want_values=True
     )
@@ -149,14 +151,14 @@ def locked(session: Session, states: Sequence[KeyState]) -> bool:
 def delete_fence_counter_steps(session: Session, name: Any) -> Steps:
     """Deletes the fencing counter of `name` on every master; refused while this client holds
     the lock; QuorumUnreachable if fewer than a quorum answered."""
-    key = _validation.lock_name(name)
-    if session.token_held_for(key):
+    layout = NameKeys(session.namespace, _validation.lock_name(name))
+    if session.token_held_for(layout.key):
         raise HiredlockError(f"lock {name!r} is held by this Redlock: release it first")
     result = (
         yield script(
             _scripts.DELETE_KEY,
             1,
-            ((_scripts.fence_key(key),),),
+            ((layout.fence,),),
             session.master_timeout_ms(_scripts.MAX_TTL_MS),
             wait_all=True,
         )
@@ -175,20 +177,16 @@ def force_release_steps(session: Session, name: Any) -> Steps:
     its read-write lock's keys, its semaphore's permits and size) whoever holds them, but not its
     fence counter (fences must only grow: see delete_fence_counter_steps); what each master
     removed (Removed each). Refused while this client holds the lock."""
-    key = _validation.lock_name(name)
+    layout = NameKeys(session.namespace, _validation.lock_name(name))
+    key = layout.key
     if session.token_held_for(key):
         raise HiredlockError(f"lock {name!r} is held by this client: release it instead")
-    channels = (_scripts.released_channel(key), _scripts.released_channel(_scripts.rw_keys(key)[0]))
-    parts = (
-        key,
-        *_scripts.rw_keys(key),
-        *_scripts.fair_keys(key),
-        _scripts.permit_size_key(key),
-    )
-    prefix = _scripts.PERMIT_KEY_PREFIX
-    argvs = [(part, b"0", *channels, prefix) for part in parts]
-    argvs.append((key, b"%d" % _MAX_PERMITS, *channels, prefix))
-    permits = _scripts.PERMIT_KEY_PREFIX + b"*:" + key  # (how the permits are reported)
+    channels = (layout.channel, layout.rw_channel)
+    parts = (key, *layout.rw, *layout.fair, layout.permit_size)
+    prefix, suffix = layout.permit_parts
+    argvs = [(part, b"0", *channels, prefix, suffix) for part in parts]
+    argvs.append((key, b"%d" % _MAX_PERMITS, *channels, prefix, suffix))
+    permits = prefix + b"*" + suffix  # (how the permits are reported)
     timeout_ms = session.master_timeout_ms(_scripts.MAX_TTL_MS)
     results = yield script(_scripts.FORCE_DELETE, 1, argvs, timeout_ms, True, want_values=True)
     report = []

@@ -38,6 +38,7 @@ class ClientBase:
         backend: str = "auto",
         wake: bool = True,
         on_event: Optional[Observer] = None,
+        namespace: Union[str, bytes, None] = None,
     ) -> None:
         observers = observers_for(on_event)
         specs = parse_masters(masters)
@@ -49,6 +50,7 @@ class ClientBase:
             master_timeout=master_timeout,
             engine_class=self._flavour.engine_class(backend, specs),
             observers=observers,
+            namespace=namespace,
         )
         session.label = hex(id(self))
         session.wake = _validation.flag(wake, "wake")
@@ -71,6 +73,11 @@ class ClientBase:
     def closed(self) -> bool:
         """True once closed: no lock can be acquired any more."""
         return self._session.closed
+
+    @property
+    def namespace(self) -> bytes:
+        """The prefix of every key and channel this client writes or reads (b"": none)."""
+        return self._session.namespace
 
     @property
     def quorum(self) -> int:

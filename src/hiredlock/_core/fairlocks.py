@@ -46,7 +46,7 @@ class FairBase(LockBase):
             # (a fenced attempt is its own round, which would not queue)
             raise ValueError("fencing is not supported for fair locks")
         super().__init__(client, name, ttl, **options)
-        self._queue = _scripts.fair_keys(self._key)
+        self._queue = self._layout.fair
         window = _judgement.waiting_window_ms(self._session.retry_delay, self._timeout_ms)
         self._window = str(window).encode()
         self._ticket: Optional[bytes] = None  # the acquire() call's place in the queues
@@ -85,7 +85,16 @@ class FairBase(LockBase):
         """FAIR_ACQUIRE's (and FAIR_UNDO's) keys and arguments for this call's attempt."""
         ticket = self._ticket or b""
         ttl = b"%d" % self._ttl_ms
-        return (self._key, *self._queue, token, ttl, ticket, self._order, self._window)
+        return (
+            self._key,
+            *self._queue,
+            token,
+            ttl,
+            ticket,
+            self._order,
+            self._window,
+            self._announce,
+        )
 
     def _unlock_request(self, token: bytes, kind: type, expiry: bool = False) -> Request:
         """After a failed attempt (kind RunScript), the ticket gets back its place for the window
@@ -117,7 +126,7 @@ class FairBase(LockBase):
     def _release_request(
         self, token: bytes, kind: type[RunScript | Cleanup] = RunScript
     ) -> Request:
-        argv = (self._key, *self._queue, token, self._held_ticket)
+        argv = (self._key, *self._queue, token, self._held_ticket, self._announce)
         return script(_scripts.FAIR_RELEASE, 3, (argv,), self._timeout_ms, True, kind=kind)
 
     def _leave_steps(self) -> Steps:
@@ -125,7 +134,7 @@ class FairBase(LockBase):
         ticket, self._ticket = self._ticket, None
         if ticket is None or self._session.rounds_closed:
             return
-        argv = (self._key, *self._queue, b"", ticket)
+        argv = (self._key, *self._queue, b"", ticket, self._announce)
         try:
             yield script(_scripts.FAIR_RELEASE, 3, (argv,), self._timeout_ms, True, kind=Cleanup)
         except Exception as exc:

@@ -25,14 +25,14 @@ from .tokens import new_token
 
 
 def give_back_many_steps(
-    locks: Sequence[LockBase], pairs: Optional[list[tuple[bytes, bytes]]] = None
+    locks: Sequence[LockBase], pairs: Optional[list[tuple[bytes, ...]]] = None
 ) -> Steps:
     """Unlocks, after an interruption, the locks of a batch that were taken (they are let go)
-    and `pairs` (key, token) besides, in one clean-up round."""
+    and `pairs` (RELEASE's argvs: key, token, channel) besides, in one clean-up round."""
     pairs = list(pairs or ())
     for lock in locks:
         if lock._token is not None:
-            pairs.append((lock.key, lock._let_go()[0]))
+            pairs.append((lock.key, lock._let_go()[0], lock._announce))
     if pairs:
         yield from unlock_keys(f"{len(pairs)} names", pairs, locks[0]._timeout_ms)
 
@@ -59,10 +59,11 @@ def _batch_attempt(session: Session, locks: Sequence[LockBase], keys: list[bytes
         results = yield SetNx(keys, tokens, ttl_ms, timeout_ms)
     except BaseException:
         # interrupted: whatever the round set is unlocked on every master
-        yield from unlock_keys(f"{len(keys)} names", list(zip(keys, tokens)), timeout_ms)
+        argvs = [(lock.key, token, lock._announce) for lock, token in zip(locks, tokens)]
+        yield from unlock_keys(f"{len(keys)} names", argvs, timeout_ms)
         raise
     out: list[Optional[LockBase]] = []
-    unlock: list[tuple[bytes, bytes]] = []
+    unlock: list[tuple[bytes, ...]] = []
     unreachable = 0
     closed = False
     tell = session.tell
@@ -82,7 +83,7 @@ def _batch_attempt(session: Session, locks: Sequence[LockBase], keys: list[bytes
                 votes = lock._last_votes
                 event = Event("acquire_failed", lock._name, lock._told_kind, votes, 0.0, 1)
                 tell(event._replace(duration=result[1] / 1e9, reason=reason))
-        unlock.append((lock.key, token))
+        unlock.append((lock.key, token, lock._announce))
         out.append(None)
     if closed:
         yield from give_back_many_steps(locks, unlock)
@@ -128,7 +129,7 @@ def release_many_steps(
     results = yield script(
         _scripts.RELEASE,
         1,
-        [(lock.key, token) for lock, (token, _lost) in zip(batch, let_go)],
+        [(lock.key, token, lock._announce) for lock, (token, _lost) in zip(batch, let_go)],
         timeout_ms,
         True,
     )

@@ -25,11 +25,8 @@ from . import judgement as _judgement
 from . import observe as _observe
 from . import scripts as _scripts
 from . import validation as _validation
-from .errors import (
-    LockLost,
-    NotHeld,
-    Vote,
-)
+from .errors import LockLost, NotHeld, Vote
+from .keys import NameKeys
 from .observe import LockStats
 from .requests import Request, RunScript, SetNx, script
 from .validation import Duration
@@ -61,6 +58,7 @@ class LockState:
         "_acquired_at_ns",
         "_acquisition",
         "_adopted",
+        "_announce",
         "_auto_renew",
         "_blocking_timeout",
         "_channel",
@@ -73,6 +71,7 @@ class LockState:
         "_key",
         "_last_codes",
         "_last_votes",
+        "_layout",
         "_lost",
         "_lost_event",
         "_max_extensions",
@@ -121,7 +120,10 @@ class LockState:
     ) -> None:
         self._session = session = client.session
         self._rounds = session.rounds
-        self._key = _validation.lock_name(name)
+        # the name's keys (_core/keys.py): its own, and the channel its releases announce on
+        self._layout = layout = NameKeys(session.namespace, _validation.lock_name(name))
+        self._key = layout.key
+        self._announce = layout.channel
         self._name = name
         self._ttl_ms, self._timeout_ms, self._drift_ms = session.timing(ttl)
         self._blocking_timeout = (
@@ -197,18 +199,15 @@ class LockState:
 
     def _release_request(self, token: bytes) -> Request:
         # (script(_RELEASE, ...) spelled out: this is half of every lock cycle)
-        argvs = ((self._key, token),)
-        timeout_ms = self._timeout_ms
-        return _new(
-            RunScript,
-            (_RELEASE_SHA, _RELEASE_SOURCE, 1, argvs, timeout_ms, True, False, False, False),
-        )
+        argvs, timeout_ms = ((self._key, token, self._announce),), self._timeout_ms
+        fields = (_RELEASE_SHA, _RELEASE_SOURCE, 1, argvs, timeout_ms, True, False, False, False)
+        return _new(RunScript, fields)
 
     def _unlock_request(self, token: bytes, kind: type, expiry: bool = False) -> Request:
         """The unlock after an attempt that failed (kind RunScript: best effort, see the engine
         contract's honour_backoff) or that an exception interrupted (Cleanup). expiry: its
         replies also say when the holder's keys expire (see _free_in)."""
-        argvs = ((self._key, token),)
+        argvs = ((self._key, token, self._announce),)
         if expiry:
             return script(
                 _scripts.RELEASE_AFTER_FAILURE,
@@ -237,7 +236,7 @@ class LockState:
 
     def _wake_channel(self) -> bytes:
         """Where this lock's release is announced (see _engines/notices.py)."""
-        return _scripts.released_channel(self._key)
+        return self._announce
 
     # -- what the API classes provide ------------------------------------------------------------
 

@@ -173,7 +173,7 @@ class LockBase(LockState):
         largest counter of that quorum. Round 2 raises the counter on every master to the fence,
         so that every later quorum meets a master already past it: fences only ever grow.
         """
-        fence_key = _scripts.fence_key(self._key)
+        fence_key = self._layout.fence
         ttl = str(self._ttl_ms).encode()
         first = (
             yield script(
@@ -459,8 +459,9 @@ def unlock_keys(
     release: _scripts.Script = _RELEASE,
     numkeys: int = 1,
 ) -> Steps:
-    """The unlock of these (key, token) pairs on every master after an interruption (as
-    LockBase._unlock_steps does for one lock); or of these argvs of another `release` script."""
+    """The unlock of these RELEASE argvs (key, token, channel) on every master after an
+    interruption (as LockBase._unlock_steps does for one lock); or of these argvs of another
+    `release` script."""
     try:
         yield script(release, numkeys, pairs, timeout_ms, True, kind=Cleanup)
     except Exception as exc:

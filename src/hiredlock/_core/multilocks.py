@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from . import scripts as _scripts
 from . import validation as _validation
 from .compat import Unpack
+from .keys import NameKeys
 from .lock_steps import LockBase
 from .options import LockOptions
 from .requests import Request, RunScript, script
@@ -65,7 +66,7 @@ class MultiLockBase(LockBase):
     names, `key` the first name's key, `keys` all of them. Made by a client's multilock(); no
     I/O happens here."""
 
-    __slots__ = ("_keys", "_names")
+    __slots__ = ("_channels", "_keys", "_names")
 
     _kind = "MultiLock"
     _event_kind = "MultiLock"
@@ -85,7 +86,10 @@ class MultiLockBase(LockBase):
         super().__init__(client, checked[0], ttl, **options)
         self._name = checked  # type: ignore[assignment]
         self._names = checked
-        self._keys = keys
+        namespace = self._session.namespace
+        layouts = [NameKeys(namespace, key) for key in keys]
+        self._keys = tuple(layout.key for layout in layouts)
+        self._channels = tuple(layout.channel for layout in layouts)
 
     @property
     def name(self) -> tuple[str | bytes, ...]:  # type: ignore[override]
@@ -115,8 +119,13 @@ class MultiLockBase(LockBase):
             honour_backoff=True,
         )
 
+    def _release_argv(self, token: bytes) -> tuple[bytes, ...]:
+        """MULTI_RELEASE's: the keys, the token, and each key's channel."""
+        return (*self._keys, token, *self._wake_channel())
+
     def _release_request(self, token: bytes) -> Request:
-        return script(_RELEASE, len(self._keys), ((*self._keys, token),), self._timeout_ms, True)
+        argvs = (self._release_argv(token),)
+        return script(_RELEASE, len(self._keys), argvs, self._timeout_ms, True)
 
     def _unlock_request(self, token: bytes, kind: type, expiry: bool = False) -> Request:
         # (no expiry hint: the names may free themselves at different times; the waiter is woken
@@ -124,7 +133,7 @@ class MultiLockBase(LockBase):
         return script(
             _RELEASE,
             len(self._keys),
-            ((*self._keys, token),),
+            (self._release_argv(token),),
             self._timeout_ms,
             True,
             honour_backoff=kind is RunScript,
@@ -144,7 +153,7 @@ class MultiLockBase(LockBase):
 
     def _wake_channel(self) -> tuple[bytes, ...]:  # type: ignore[override]
         """A release of any of the names wakes a waiter (see _engines/notices.py)."""
-        return tuple(_scripts.released_channel(key) for key in self._keys)
+        return self._channels
 
     def __repr__(self) -> str:
         state = "held" if self.held else ("lost" if self._lost else "unlocked")

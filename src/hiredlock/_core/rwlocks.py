@@ -49,10 +49,16 @@ class _SideBase(LockBase):
 
     def __init__(self, client: Any, name: str | bytes, ttl: Duration, **options: Any) -> None:
         super().__init__(client, name, ttl, **options)
-        self._keys = _scripts.rw_keys(self._key)
+        self._keys = self._layout.rw
+        self._announce = self._layout.rw_channel
         window_ms = _judgement.waiting_window_ms(self._session.retry_delay, self._timeout_ms)
         grace_ms = int(GRACE_ROUNDS * self._timeout_ms + GRACE_MIN_MS)
-        self._args = (str(self._ttl_ms).encode(), str(window_ms).encode(), str(grace_ms).encode())
+        self._args = (
+            str(self._ttl_ms).encode(),
+            str(window_ms).encode(),
+            str(grace_ms).encode(),
+            self._announce,
+        )
         self._key = self._keys[self._key_index]
 
     def _request(
@@ -83,7 +89,7 @@ class _SideBase(LockBase):
         return script(self._extend_script, 5, (argv,), timeout_ms, True)
 
     def _wake_channel(self) -> bytes:
-        return _scripts.released_channel(self._keys[0])
+        return self._announce
 
 
 class ReaderBase(_SideBase):

@@ -28,52 +28,37 @@ def _script(source: str, *, acquires: bool = False) -> Script:
     return Script(raw, hashlib.sha1(raw).hexdigest().encode(), acquires)
 
 
-# Where a release is announced: waiters subscribe to the channel of the name they wait for (see
-# _engines/notices.py). A semaphore's permits announce on their semaphore's channel: the channel of
-# a key is this prefix and the key, a permit's key without its "hiredlock:permit:<i>:" part.
-RELEASED_CHANNEL_PREFIX = b"hiredlock:released:"
-
-
-def _publish(channel: str) -> str:
-    """(Lua: announces a release on `channel`, a Lua expression: SPUBLISH, the sharded publish
-    of Redis 7 and later, which a cluster delivers on the node of the channel's slot alone;
-    PUBLISH where the master does not know it. The subscribers do the same: see
-    _engines/notices.py. pcall: a user whose ACL does not allow the channel still releases; its
-    waiters fall back to their timer.)"""
+def _announce(channel: str) -> str:
+    """(Lua: publishes a release on the channel the caller passed, `channel` (an ARGV): waiters
+    subscribe to the channel of the name they wait for (see _engines/notices.py, and
+    _core/keys.py for where it is). SPUBLISH, the sharded publish of Redis 7 and later, which a
+    cluster delivers on the node of the channel's slot alone; PUBLISH where the master does not
+    know it (the subscribers do the same). pcall: a user whose ACL does not allow the channel
+    still releases; its waiters fall back to their timer.)"""
     return (
         f"if type(redis.pcall('spublish', {channel}, '')) == 'table' then "
         f"redis.pcall('publish', {channel}, '') end "
     )
 
 
-# (Lua: publishes the release of KEYS[1] on its channel.)
-_ANNOUNCE = (
-    "local channel = 'hiredlock:released:' .. "
-    "(string.gsub(KEYS[1], '^hiredlock:permit:%d+:', '')) " + _publish("channel")
-)
-
 # Compare-then-delete: never removes a key that another holder set (KEYS[1] = key, ARGV[1] =
-# token); a release is announced to the waiters.
+# token); a release is announced to the waiters (ARGV[2] = the name's channel).
 RELEASE = _script(
     "if redis.call('get', KEYS[1]) == ARGV[1] then "
-    "redis.call('del', KEYS[1]) " + _ANNOUNCE + "return 1 else return 0 end"
+    "redis.call('del', KEYS[1]) " + _announce("ARGV[2]") + "return 1 else return 0 end"
 )
 
-# The unlock after a failed attempt: RELEASE, and when the key is not ours, when it frees itself:
-# 0 when it is missing, -1 when it has no expiry, else -2 - its pttl (see free_in_ms).
+# The unlock after a failed attempt: RELEASE (the same arguments), and when the key is not ours,
+# when it frees itself: 0 when it is missing, -1 when it has no expiry, else -2 - its pttl (see
+# free_in_ms).
 RELEASE_AFTER_FAILURE = _script(
     "local holder = redis.call('get', KEYS[1]) "
-    "if holder == ARGV[1] then redis.call('del', KEYS[1]) " + _ANNOUNCE + "return 1 end "
+    "if holder == ARGV[1] then redis.call('del', KEYS[1]) " + _announce("ARGV[2]") + "return 1 end "
     "if not holder then return 0 end "
     "local pttl = redis.call('pttl', KEYS[1]) "
     "if pttl < 0 then return -1 end "
     "return -2 - pttl"
 )
-
-
-def released_channel(key: bytes) -> bytes:
-    """The channel a release of the lock (or semaphore) with this key is announced on."""
-    return RELEASED_CHANNEL_PREFIX + key
 
 
 # Compare-then-pexpire: re-arms our own key only; a key that is gone stays gone (ARGV[2] = ttl ms).
@@ -95,12 +80,12 @@ MULTI_ACQUIRE = _script(
 )
 
 # Releasing (or unlocking after a failed attempt): deletes each key that is ours and announces
-# it on its name's channel; 1 when all of them were ours.
+# it on its name's channel (ARGV[1 + i]: KEYS[i]'s); 1 when all of them were ours.
 MULTI_RELEASE = _script(
     "local ours = 0 "
-    "for _, key in ipairs(KEYS) do "
+    "for i, key in ipairs(KEYS) do "
     "if redis.call('get', key) == ARGV[1] then redis.call('del', key) ours = ours + 1 "
-    + _publish("'hiredlock:released:' .. key")
+    + _announce("ARGV[i + 1]")
     + "end "
     "end if ours == #KEYS then return 1 end return 0"
 )
@@ -156,14 +141,6 @@ INSPECT = _script(
 # answer counts as OK.
 DELETE_KEY = _script("redis.call('del', KEYS[1]) return 1")
 
-# Where the fencing counter of a lock name lives (no ttl: it must outlive every holder).
-FENCE_KEY_PREFIX = b"hiredlock:fence:"
-
-
-def fence_key(key: bytes) -> bytes:
-    return FENCE_KEY_PREFIX + key
-
-
 # Nothing: a round of it opens (and logs in) every master's connection. Returns 1 (its one
 # argument is ignored: the engines send one at least).
 PING = _script("return 1")
@@ -199,29 +176,36 @@ PERMIT_EXTEND = _script(
     "redis.call('pexpire', KEYS[1], ARGV[2]) " + _KEEP_SIZE + "return 1"
 )
 
+# The scripts that go through a semaphore's permits make each permit's key from the prefix and
+# suffix they are given (NameKeys.permit_parts: permit i is prefix .. i .. suffix). Those keys are
+# not in KEYS, but they are in the slot of the keys that are (see _core/keys.py), which is what a
+# cluster asks of a script; the layout itself stays in keys.py.
+
 # A permit's release (and the unlock of permits an attempt set): RELEASE's (KEYS[1] = the permit,
-# ARGV[1] = token), and where it deleted the permit and none of the semaphore's permits is left
-# (KEYS[3] = the name's key), the size record (KEYS[2]) goes with it: the next holder may ask for
-# another size. (A scan of the permits that stops at the first one held.)
+# ARGV[1] = token, ARGV[2] = the semaphore's channel), and where it deleted the permit and none of
+# the semaphore's permits is left (ARGV[3], ARGV[4]: the permits' key prefix and suffix), the size
+# record (KEYS[2]) goes with it: the next holder may ask for another size. (A scan of the permits
+# that stops at the first one held.)
 PERMIT_RELEASE = _script(
     "if redis.call('get', KEYS[1]) ~= ARGV[1] then return 0 end "
     "redis.call('del', KEYS[1]) "
     "local size = tonumber(redis.call('get', KEYS[2]) or '0') or 0 "
     "local left = 0 "
     "for i = 0, math.min(size, 1000) - 1 do "
-    "if redis.call('exists', 'hiredlock:permit:' .. i .. ':' .. KEYS[3]) == 1 then "
+    "if redis.call('exists', ARGV[3] .. i .. ARGV[4]) == 1 then "
     "left = 1 break end end "
-    "if left == 0 then redis.call('del', KEYS[2]) end " + _ANNOUNCE + "return 1"
+    "if left == 0 then redis.call('del', KEYS[2]) end " + _announce("ARGV[2]") + "return 1"
 )
 
 # The state of a semaphore on one master: 0 without a size record, else its size * 1024 + how
-# many of its permits are held there. KEYS: the size record, the name's key.
+# many of its permits are held there. KEYS: the size record; ARGV: the permits' key prefix and
+# suffix.
 INSPECT_PERMITS = _script(
     "local size = tonumber(redis.call('get', KEYS[1]) or '0') or 0 "
     "if size < 1 then return 0 end "
     "local held = 0 "
     "for i = 0, math.min(size, 1000) - 1 do "
-    "held = held + redis.call('exists', 'hiredlock:permit:' .. i .. ':' .. KEYS[2]) end "
+    "held = held + redis.call('exists', ARGV[1] .. i .. ARGV[2]) end "
     "return math.min(size, 1000) * 1024 + held"
 )
 
@@ -234,39 +218,16 @@ def unpack_inspect_permits(value: int) -> tuple[Optional[int], Optional[int]]:
     return value >> 10, value & 1023
 
 
-# A semaphore's permit i is a lock on its own key (see semaphores.acquire_permit_steps).
-PERMIT_KEY_PREFIX = b"hiredlock:permit:"
-
 # A read-write lock's keys on each master (see _core/rwlocks.py): the writer's token (a string with
 # its ttl), the readers (a sorted set: token -> when it expires, on the master's clock), a writer
 # waiting (holds back new readers), readers waiting, and the readers' pass (after a writer's
-# release, the readers that waited go before the next writer). Each is its prefix and the name.
-RW_KEY_PREFIX = b"hiredlock:rw:"
-_RW_PARTS = (b"w:", b"r:", b"ww:", b"rw:", b"rp:")
-
-
-def rw_keys(key: bytes) -> tuple[bytes, ...]:
-    """(writer, readers, writer waiting, readers waiting, readers' pass) of the name `key`."""
-    return tuple(RW_KEY_PREFIX + part + key for part in _RW_PARTS)
-
-
-# A fair lock's queue on each master (see _core/fairlocks.py): its waiters by their order (a sorted
-# set: ticket -> order), and when each stops counting as waiting (ticket -> expiry on the
-# master's clock). The lock itself is the name's key, as a lock's.
-FAIR_KEY_PREFIX = b"hiredlock:fair:"
-
-
-def fair_keys(key: bytes) -> tuple[bytes, bytes]:
-    """(the queue, the waiters' expiries) of the name `key`."""
-    return FAIR_KEY_PREFIX + b"q:" + key, FAIR_KEY_PREFIX + b"e:" + key
-
-
-RESERVED_KEY_PREFIXES = (FENCE_KEY_PREFIX, PERMIT_KEY_PREFIX, RW_KEY_PREFIX, FAIR_KEY_PREFIX)
-
-# The read-write lock's scripts: KEYS are rw_keys(), in that order; ARGV[1] = token, ARGV[2] = ttl
+# release, the readers that waited go before the next writer): NameKeys.rw.
+# The read-write lock's scripts: KEYS are those, in that order; ARGV[1] = token, ARGV[2] = ttl
 # ms, ARGV[3] = the waiting window in ms (how long a waiting writer holds back new readers, and
 # how long readers that waited for a writer may pass a writer waiting after its release: a waiter
-# tries again well within it, woken or by its timer), ARGV[4] = the pass's grace in ms (below).
+# tries again well within it, woken or by its timer), ARGV[4] = the pass's grace in ms (below),
+# ARGV[5] = the channel its releases are announced on (NameKeys.rw_channel), ARGV[6] (the undos')
+# whether the attempt failed ("1") or was abandoned ("0").
 # Readers' expiries are on the master's clock.
 _NOW = "local t = redis.call('time') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
 
@@ -307,7 +268,7 @@ WRITE_RELEASE = _script(
     "redis.call('del', KEYS[1]) "
     "if redis.call('exists', KEYS[4]) == 1 then "
     "redis.call('set', KEYS[5], '1', 'px', ARGV[3]) redis.call('del', KEYS[4]) end "
-    + _ANNOUNCE
+    + _announce("ARGV[5]")
     + "return 1"
 )
 
@@ -318,11 +279,13 @@ READ_RELEASE = _script(
     "redis.call('zremrangebyscore', KEYS[2], '-inf', now) "
     "if not expiry or tonumber(expiry) <= now then return 0 end "
     "redis.call('zrem', KEYS[2], ARGV[1]) "
-    "if redis.call('exists', KEYS[2]) == 0 then redis.call('del', KEYS[5]) " + _ANNOUNCE + "end "
+    "if redis.call('exists', KEYS[2]) == 0 then redis.call('del', KEYS[5]) "
+    + _announce("ARGV[5]")
+    + "end "
     "return 1"
 )
 
-# The unlock after a failed attempt (ARGV[5] = "1") or an abandoned one ("0": an exception
+# The unlock after a failed attempt (ARGV[6] = "1") or an abandoned one ("0": an exception
 # interrupted it) takes back only what the attempt put there: it neither opens nor ends a readers'
 # pass (only a writer that held the lock opens one, only the last reader inside ends it). A failed
 # attempt marks its waiter here too, as the masters that refused it did, so that every master it
@@ -333,17 +296,17 @@ READ_RELEASE = _script(
 WRITE_UNDO = _script(
     "local ours = redis.call('get', KEYS[1]) == ARGV[1] "
     "if ours then redis.call('del', KEYS[1]) end "
-    "if ARGV[5] == '1' then redis.call('set', KEYS[3], ARGV[1], 'px', ARGV[3]) "
+    "if ARGV[6] == '1' then redis.call('set', KEYS[3], ARGV[1], 'px', ARGV[3]) "
     "elseif redis.call('get', KEYS[3]) == ARGV[1] then redis.call('del', KEYS[3]) end "
-    "if ours then " + _ANNOUNCE + "return 1 end return 0"
+    "if ours then " + _announce("ARGV[5]") + "return 1 end return 0"
 )
 
 READ_UNDO = _script(
     _NOW + "redis.call('zremrangebyscore', KEYS[2], '-inf', now) "
     "local ours = redis.call('zrem', KEYS[2], ARGV[1]) == 1 "
-    "if ARGV[5] == '1' then redis.call('set', KEYS[4], '1', 'px', ARGV[3]) end "
+    "if ARGV[6] == '1' then redis.call('set', KEYS[4], '1', 'px', ARGV[3]) end "
     "if not ours then return 0 end "
-    "if redis.call('exists', KEYS[2]) == 0 then " + _ANNOUNCE + "end "
+    "if redis.call('exists', KEYS[2]) == 0 then " + _announce("ARGV[5]") + "end "
     "return 1"
 )
 
@@ -414,35 +377,22 @@ def unpack_owner(parts: list[int]) -> Optional[str]:
 
 
 # An operator's removal of a name (Redlock.force_release): deletes KEYS[1] (ARGV[1] = "0") or,
-# for ARGV[1] = N > 0, the N permits of the semaphore named KEYS[1] (ARGV[4]: the permits' key
-# prefix; the name's key itself is not touched then); returns how many keys it removed and, when
-# any, announces a release on the channels ARGV[2] and ARGV[3] (the lock's and the read-write
-# lock's) so waiters try again.
+# for ARGV[1] = N > 0, the N permits of the semaphore named KEYS[1] (ARGV[4], ARGV[5]: the
+# permits' key prefix and suffix; the name's key itself is not touched then); returns how many
+# keys it removed and, when any, announces a release on the channels ARGV[2] and ARGV[3] (the
+# lock's and the read-write lock's) so waiters try again.
 FORCE_DELETE = _script(
     "local removed = 0 "
     "local permits = tonumber(ARGV[1]) "
     "if permits == 0 then removed = redis.call('del', KEYS[1]) else "
     "for i = 0, permits - 1 do "
-    "removed = removed + redis.call('del', ARGV[4] .. i .. ':' .. KEYS[1]) end end "
-    "if removed > 0 then " + _publish("ARGV[2]") + _publish("ARGV[3]") + "end return removed"
+    "removed = removed + redis.call('del', ARGV[4] .. i .. ARGV[5]) end end "
+    "if removed > 0 then " + _announce("ARGV[2]") + _announce("ARGV[3]") + "end return removed"
 )
 
 
-def permit_key(key: bytes, index: int) -> bytes:
-    return PERMIT_KEY_PREFIX + b"%d:" % index + key
-
-
-# Where a semaphore's size is stored (see ACQUIRE_FIRST_FREE): under the permits' prefix, apart
-# from any permit's key (those have digits after it).
-PERMIT_SIZE_PREFIX = PERMIT_KEY_PREFIX + b"size:"
-
-
-def permit_size_key(key: bytes) -> bytes:
-    return PERMIT_SIZE_PREFIX + key
-
-
 # The other kinds' state of a name on one master, packed in one integer: KEYS = the read-write
-# lock's writer and readers (rw_keys()[:2]), the fair lock's queue and expiries (fair_keys()).
+# lock's writer and readers (NameKeys.rw[:2]), the fair lock's queue and expiries (NameKeys.fair).
 # writer (0/1) + 2 * live readers + 2**22 * live waiters of the fair lock (counts capped below
 # 2**21 each).
 INSPECT_KINDS = _script(
@@ -546,8 +496,9 @@ _FAIR_FORGET = (
 )
 
 # A fair lock's attempt. KEYS: the lock, the queue, the expiries; ARGV: token, ttl ms, ticket,
-# order, the waiting window ms. Forgets the waiters whose time ran out, (re)queues this one for
-# the window, and takes the lock only when this waiter is first in the queue and it is free.
+# order, the waiting window ms, and the name's channel (for FAIR_UNDO, which takes the same).
+# Forgets the waiters whose time ran out, (re)queues this one for the window, and takes the
+# lock only when this waiter is first in the queue and it is free.
 # Where it takes the lock, the ticket's place lasts only as long as the key it took (the window
 # at most; 1 ms less: it never outlives that key on this master's clock): a
 # holder that never releases holds the next waiter back until its key expires, not a window
@@ -576,7 +527,7 @@ FAIR_UNDO = _script(
     _NOW + _FAIR_FORGET + "local holder = redis.call('get', KEYS[1]) "
     "if holder == ARGV[1] then redis.call('del', KEYS[1]) "
     + _FAIR_QUEUE
-    + _ANNOUNCE
+    + _announce("ARGV[6]")
     + "return 1 end "
     "if not holder then "
     "if redis.call('zrange', KEYS[2], 0, 0)[1] == ARGV[3] then return -2 end "
@@ -587,11 +538,12 @@ FAIR_UNDO = _script(
 )
 
 # A fair lock's release, or a waiter leaving the queue (token ""): the ticket leaves the queue,
-# the lock is deleted if it is ours; either is announced (the next waiter may go).
+# the lock is deleted if it is ours; either is announced (the next waiter may go). ARGV: token,
+# ticket, the name's channel.
 FAIR_RELEASE = _script(
     "local left = redis.call('zrem', KEYS[2], ARGV[2]) redis.call('zrem', KEYS[3], ARGV[2]) "
     "local ours = redis.call('get', KEYS[1]) == ARGV[1] "
     "if ours then redis.call('del', KEYS[1]) end "
-    "if ours or left == 1 then " + _ANNOUNCE + "end "
+    "if ours or left == 1 then " + _announce("ARGV[3]") + "end "
     "if ours then return 1 end return 0"
 )

@@ -15,6 +15,7 @@ from . import scripts as _scripts
 from .compat import Unpack
 from .errors import HiredlockError, SemaphoreSizeMismatch, Vote
 from .events import Event
+from .keys import NameKeys
 from .lock_state import share_pin
 from .lock_steps import (
     LockBase,
@@ -35,9 +36,9 @@ if TYPE_CHECKING:
 _PERMIT_RELEASE = _scripts.PERMIT_RELEASE
 
 
-def permit_release_argv(name_key: bytes, key: bytes, token: bytes) -> tuple[bytes, ...]:
-    """PERMIT_RELEASE's argv for the permit `key` of the semaphore `name_key`."""
-    return (key, _scripts.permit_size_key(name_key), name_key, token)
+def permit_release_argv(layout: NameKeys, key: bytes, token: bytes) -> tuple[bytes, ...]:
+    """PERMIT_RELEASE's argv for the permit `key` of the semaphore whose keys are `layout`."""
+    return (key, layout.permit_size, token, layout.channel, *layout.permit_parts)
 
 
 # An attempt that finds every permit taken asks each master for all of them, a few per round.
@@ -45,10 +46,10 @@ MAX_PERMITS = 1000
 
 
 class PermitBase(LockBase):
-    """Permit `index` of a semaphore: a lock on a key of its own, `hiredlock:permit:<i>:<name>`
-    (Permit and hiredlock.aio.AsyncPermit add the API)."""
+    """Permit `index` of a semaphore: a lock on a key of its own (NameKeys.permit: see
+    _core/keys.py) (Permit and hiredlock.aio.AsyncPermit add the API)."""
 
-    __slots__ = ("_index", "_name_key", "_size")
+    __slots__ = ("_index", "_size")
     _event_kind = "Semaphore"
 
     def __init__(
@@ -63,8 +64,7 @@ class PermitBase(LockBase):
         super().__init__(client, name, ttl, **options)
         self._index = index
         self._size = str(size).encode()  # the semaphore's number of permits (see _extend_request)
-        self._name_key = self._key  # (the name's own key: the permits' keys derive from it)
-        self._key = _scripts.permit_key(self._key, index)
+        self._key = self._layout.permit(index)
 
     @property
     def index(self) -> int:
@@ -72,25 +72,25 @@ class PermitBase(LockBase):
         return self._index
 
     def _wake_channel(self) -> bytes:
-        return _scripts.released_channel(self._name_key)  # (the semaphore's: see RELEASE)
+        return self._announce  # (the semaphore's: the name's channel)
 
     # (a permit's release and unlock: PERMIT_RELEASE, so that the size record goes with the last
     # permit; its unlock gives no expiry hint)
 
     def _release_request(self, token: bytes) -> Request:
-        argvs = (permit_release_argv(self._name_key, self._key, token),)
-        return script(_PERMIT_RELEASE, 3, argvs, self._timeout_ms, True)
+        argvs = (permit_release_argv(self._layout, self._key, token),)
+        return script(_PERMIT_RELEASE, 2, argvs, self._timeout_ms, True)
 
     def _unlock_request(self, token: bytes, kind: type, expiry: bool = False) -> Request:
-        argvs = (permit_release_argv(self._name_key, self._key, token),)
+        argvs = (permit_release_argv(self._layout, self._key, token),)
         best_effort = kind is RunScript
         return script(
-            _PERMIT_RELEASE, 3, argvs, self._timeout_ms, True, honour_backoff=best_effort, kind=kind
+            _PERMIT_RELEASE, 2, argvs, self._timeout_ms, True, honour_backoff=best_effort, kind=kind
         )
 
     def _extend_request(self, token: bytes, ttl_ms: int, timeout_ms: float) -> Request:
         # (the semaphore's size is kept on the masters as long as its permits)
-        keys = (self._key, _scripts.permit_size_key(self._name_key))
+        keys = (self._key, self._layout.permit_size)
         argv = (*keys, token, str(ttl_ms).encode(), self._size)
         return script(_scripts.PERMIT_EXTEND, 2, (argv,), timeout_ms, True)
 
@@ -182,7 +182,8 @@ def _permit_attempts(
     """The attempts of acquire_permit_steps."""
     ttl_ms, timeout_ms, drift_ms = template._ttl_ms, template._timeout_ms, template._drift_ms
     ttl_text = str(ttl_ms).encode()
-    size_key = _scripts.permit_size_key(template._name_key)
+    layout = template._layout
+    size_key = layout.permit_size
     retrying = None
     notices = template._notices
     channel = None if notices is None else template._wake_channel()
@@ -198,11 +199,11 @@ def _permit_attempts(
         votes: tuple[Vote, ...] = ()
         while free:
             batch, free = free[:PERMITS_PER_ROUND], free[PERMITS_PER_ROUND:]
-            keys = [_scripts.permit_key(template._name_key, i) for i in batch]
+            keys = [layout.permit(i) for i in batch]
             token = new_token()
             if template._suffix:  # (an owner label: stored after the token)
                 token += template._suffix
-            unlock = [permit_release_argv(template._name_key, key, token) for key in keys]
+            unlock = [permit_release_argv(layout, key, token) for key in keys]
             start = _clock.monotonic_ns()
             if not began:
                 began = start
@@ -218,7 +219,7 @@ def _permit_attempts(
             try:
                 result = (yield request)[0]
             except BaseException:
-                yield from unlock_keys(name, unlock, timeout_ms, _PERMIT_RELEASE, 3)
+                yield from unlock_keys(name, unlock, timeout_ms, _PERMIT_RELEASE, 2)
                 raise
             codes, elapsed_ns, positions = result[0], result[1], result[3]
             won, won_codes = _judgement.first_free_taken(
@@ -228,15 +229,15 @@ def _permit_attempts(
             argvs = [unlock[position - 1] for position in stray]
             if argvs:
                 try:
-                    yield script(_PERMIT_RELEASE, 3, argvs, timeout_ms, True, honour_backoff=True)
+                    yield script(_PERMIT_RELEASE, 2, argvs, timeout_ms, True, honour_backoff=True)
                 except BaseException:
-                    yield from unlock_keys(name, unlock, timeout_ms, _PERMIT_RELEASE, 3)
+                    yield from unlock_keys(name, unlock, timeout_ms, _PERMIT_RELEASE, 2)
                     raise
             if won:
                 permit = make_permit(batch[won - 1])
                 won_round = RoundResult(won_codes, elapsed_ns, result[2], None)
                 if not permit._took(token, start, None, won_round, began, tries - 1):
-                    yield from unlock_keys(name, [unlock[won - 1]], timeout_ms, _PERMIT_RELEASE, 3)
+                    yield from unlock_keys(name, [unlock[won - 1]], timeout_ms, _PERMIT_RELEASE, 2)
                     raise HiredlockError(closed_while_acquiring(name))
                 live[permit._index] = permit
                 if taken is not None:

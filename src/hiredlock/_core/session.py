@@ -46,7 +46,10 @@ class Session:
         master_timeout: Optional[Duration],
         engine_class: Any,
         observers: tuple[Observer, ...] = (),
+        namespace: Any = None,
     ) -> None:
+        # the prefix of every key and channel (see _core/keys.py)
+        self.namespace: bytes = _validation.namespace(namespace)
         self.engine_class: Any = engine_class  # the owner's choice (hiredlock._engines.selection)
         self.backend: str = self.engine_class.name
         # Whether an engine is out of date and must be replaced (a cluster's, whose links

@@ -7,8 +7,10 @@ import datetime
 import math
 from typing import Any, Union
 
+from .keys import RESERVED_KEY_PREFIXES
 from .redaction import shown
-from .scripts import MAX_TTL_MS, RESERVED_KEY_PREFIXES
+from .scripts import MAX_TTL_MS
+from .slots import has_hash_tag
 
 Duration = Union[int, float, datetime.timedelta]
 
@@ -37,14 +39,46 @@ def lock_name(name: Any) -> bytes:
         raise TypeError(f"name must be str or bytes, not {type(name).__name__}{hint}")
     if not key:
         raise ValueError("name must not be empty")
+    _not_reserved(key, "name")
+    return key
+
+
+def _not_reserved(key: bytes, what: str) -> None:
     for prefix in RESERVED_KEY_PREFIXES:
         if key.startswith(prefix):
             raise ValueError(
-                f"name must not start with {prefix.decode()!r}: that prefix is reserved for "
+                f"{what} must not start with {prefix.decode()!r}: that prefix is reserved for "
                 "hiredlock's own keys (fencing counters, semaphore permits, read-write and "
                 "fair locks)"
             )
-    return key
+
+
+def namespace(value: Any) -> bytes:
+    """The prefix of every key and channel a client writes (None: none), str encoded as UTF-8.
+
+    A "{" in it must open a whole hash tag ("{app}:"): the tag then puts all its names in one
+    cluster slot, where a "{" left open (or "{}") would change the slot of the names' keys and
+    not of their internal keys."""
+    if value is None:
+        return b""
+    if isinstance(value, str):
+        try:
+            raw = value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"namespace must be valid Unicode text (a lone surrogate at index {exc.start})"
+            ) from None
+    elif isinstance(value, bytes):
+        raw = bytes(value)
+    else:
+        raise TypeError(f"namespace must be str, bytes or None, not {type(value).__name__}")
+    if b"{" in raw and not has_hash_tag(raw):
+        raise ValueError(
+            f"namespace {shown(value)} has a '{{' that opens no hash tag (a '{{' needs a '}}' "
+            "after it, with something in between, as in '{app}:')"
+        )
+    _not_reserved(raw, "namespace")
+    return raw
 
 
 # -- durations and other options -------------------------------------------------------------

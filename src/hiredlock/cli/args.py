@@ -7,7 +7,7 @@ import math
 from typing import Callable, NoReturn
 
 from .exits import BUSY, USAGE, CliError
-from .masters import ENV_VAR
+from .masters import ENV_VAR, NAMESPACE_ENV
 
 DESCRIPTION = "Redlock distributed locks on Redis, from the command line."
 EPILOG = (
@@ -57,6 +57,15 @@ def _masters_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _namespace_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--namespace",
+        metavar="PREFIX",
+        help="the prefix of every key and channel, as Redlock(namespace=) takes it (e.g. "
+        f"billing:); default: ${NAMESPACE_ENV}, else none",
+    )
+
+
 def build() -> Parser:
     parser = Parser(prog="hiredlock", description=DESCRIPTION, epilog=EPILOG)
     from hiredlock import __version__
@@ -90,14 +99,16 @@ def build() -> Parser:
     run = commands.add_parser(
         "run",
         help="run a command while holding a lock (a distributed flock)",
-        usage="hiredlock run NAME [--masters URL[,URL...]] [--ttl S] [--wait S]\n"
-        "                     [--kill-after S] [-q] [-E N] [--fencing] [--owner LABEL]\n"
+        usage="hiredlock run NAME [--masters URL[,URL...]] [--namespace PREFIX]\n"
+        "                     [--ttl S] [--wait S] [--kill-after S] [-q] [-E N]\n"
+        "                     [--fencing] [--owner LABEL]\n"
         "                     -- COMMAND [ARGS...]",
         description="Runs COMMAND only while holding the lock NAME, renewing it (every ttl/3) "
         "while the command runs, and releases it when the command ends. The command finds "
         "its lock in its environment: HIREDLOCK_LOCK_NAME, HIREDLOCK_TOKEN (a process may adopt "
         "the lock with it), HIREDLOCK_VALIDITY (seconds, as it started), HIREDLOCK_TTL, "
-        "HIREDLOCK_FENCE (with --fencing), HIREDLOCK_OWNER (with --owner). Exit status: the "
+        "HIREDLOCK_FENCE (with --fencing), HIREDLOCK_OWNER (with --owner), "
+        "HIREDLOCK_NAMESPACE (with a namespace). Exit status: the "
         "command's; 75 (or --busy-exit-code) when the lock is busy, 69 when the masters are "
         "unreachable, 79 when the lock was lost while the command ran (the command is then "
         "terminated), 2 for bad usage, 126/127 when COMMAND cannot be run or is not found.",
@@ -105,6 +116,7 @@ def build() -> Parser:
     )
     run.add_argument("name", metavar="NAME", help="the lock's name (the Redis key)")
     _masters_option(run)
+    _namespace_option(run)
     run.add_argument(
         "--ttl",
         metavar="S",
@@ -174,6 +186,7 @@ def build() -> Parser:
     )
     status.add_argument("name", metavar="NAME", help="the lock's name (the Redis key)")
     _masters_option(status)
+    _namespace_option(status)
 
     unlock = commands.add_parser(
         "unlock",
@@ -187,6 +200,7 @@ def build() -> Parser:
     )
     unlock.add_argument("name", metavar="NAME", help="the lock's name (the Redis key)")
     _masters_option(unlock)
+    _namespace_option(unlock)
     unlock.add_argument(
         "--yes", action="store_true", help="confirm: its holders lose the lock at once"
     )

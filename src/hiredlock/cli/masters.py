@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from hiredlock import Redlock
 
 ENV_VAR = "HIREDLOCK_MASTERS"
+NAMESPACE_ENV = "HIREDLOCK_NAMESPACE"
 
 
 def master_urls(option_values: Optional[Sequence[str]]) -> tuple[list[str], str]:
@@ -55,10 +56,22 @@ def _has_a_list(url: str) -> bool:
     return "+sentinel://" in url or "+cluster://" in url
 
 
+def namespace(option_value: Optional[str]) -> Optional[str]:
+    """The prefix of every key and channel: --namespace, else HIREDLOCK_NAMESPACE, else none."""
+    if option_value is not None:
+        return option_value
+    return os.environ.get(NAMESPACE_ENV) or None
+
+
 def open_redlock(urls: Sequence[str], source: str, **options: Any) -> Redlock:
     """A Redlock on `urls`; a bad URL or option is a usage error naming where it came from."""
     from hiredlock import EngineUnavailable, Redlock
+    from hiredlock._core.validation import namespace as checked_namespace
 
+    try:
+        checked_namespace(options.get("namespace"))
+    except (ValueError, TypeError) as exc:
+        raise CliError(f"--namespace (or ${NAMESPACE_ENV}): {exc}", USAGE) from None
     try:
         return Redlock(list(urls), **options)
     except EngineUnavailable as exc:

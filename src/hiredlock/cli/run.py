@@ -16,11 +16,18 @@ import os
 import random
 import signal
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from .child import Child, open_fds
 from .exits import LOST, SIGNALLED, UNREACHABLE, USAGE, CliError
-from .masters import failed_votes, lost_votes, master_urls, open_redlock
+from .masters import (
+    NAMESPACE_ENV,
+    failed_votes,
+    lost_votes,
+    master_urls,
+    namespace,
+    open_redlock,
+)
 from .output import say
 
 if TYPE_CHECKING:
@@ -71,7 +78,8 @@ def _run(options: argparse.Namespace, urls: list[str], source: str) -> int:
     # library's default (5%, at most 50 ms), so that one slow round on a loaded machine does not
     # count as a failed renewal, which would end the command.
     timeout = min(max(options.ttl / 10, 0.05), 0.25)
-    redlock = open_redlock(urls, source, master_timeout=timeout)
+    prefix = namespace(options.namespace)
+    redlock = open_redlock(urls, source, master_timeout=timeout, namespace=prefix)
     try:
         try:
             lock = redlock.lock(
@@ -86,7 +94,8 @@ def _run(options: argparse.Namespace, urls: list[str], source: str) -> int:
             raise CliError(str(exc), USAGE) from None
         _acquire(lock, options)
         try:
-            child = Child(options.command, options.inherited_fds, lock_environment(lock))
+            env = lock_environment(lock, prefix)
+            child = Child(options.command, options.inherited_fds, env)
         except CliError:
             _release(lock, HiredlockError)
             raise
@@ -98,11 +107,13 @@ def _run(options: argparse.Namespace, urls: list[str], source: str) -> int:
         redlock.close()
 
 
-def lock_environment(lock: Lock) -> dict[str, str]:
+def lock_environment(lock: Lock, prefix: Optional[str] = None) -> dict[str, str]:
     """The command's environment: ours, and what it needs to know of its lock (a process it
     starts may adopt it by its token: lock(NAME, ttl, token=HIREDLOCK_TOKEN,
-    owner=HIREDLOCK_OWNER))."""
+    owner=HIREDLOCK_OWNER), on a Redlock of namespace=HIREDLOCK_NAMESPACE)."""
     env = dict(os.environ)
+    if prefix:
+        env[NAMESPACE_ENV] = prefix
     for stale in (ENV_TOKEN, ENV_FENCE, ENV_OWNER):  # (from a hiredlock run around this one)
         env.pop(stale, None)
     name = lock.name

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, Optional
 
 from .clients import need_redis, redis_client
 from .exits import NOT_HELD, OK, UNREACHABLE, USAGE, CliError
-from .masters import master_urls, open_redlock
+from .masters import master_urls, namespace, open_redlock
 from .output import table
 
 TIMEOUT = 0.5  # seconds each master gets, for inspect() and for the plain reads
@@ -38,14 +38,16 @@ class Read(NamedTuple):
 def command(options: argparse.Namespace) -> int:
     urls, source = master_urls(options.masters)
     need_redis(USAGE)  # before any I/O: status is not half-done without it
-    redlock = open_redlock(urls, source, master_timeout=TIMEOUT)
+    prefix = namespace(options.namespace)
+    redlock = open_redlock(urls, source, master_timeout=TIMEOUT, namespace=prefix)
     try:
         try:
             states = redlock.inspect(options.name)
         except (ValueError, TypeError) as exc:
             raise CliError(f"NAME: {exc}", USAGE) from None
         with ThreadPoolExecutor(max_workers=len(redlock.masters)) as pool:
-            reads = list(pool.map(lambda spec: _read(spec, options.name), redlock.masters))
+            space = redlock.namespace
+            reads = list(pool.map(lambda spec: _read(spec, options.name, space), redlock.masters))
         quorum = redlock.quorum
     finally:
         redlock.close()
@@ -150,12 +152,12 @@ def _listed(indexes: Sequence[int]) -> str:
     return shown + (f" and {more} more ({len(indexes)})" if more > 0 else "")
 
 
-def _read(spec: Any, name: str) -> Read:
+def _read(spec: Any, name: str, namespace: bytes) -> Read:
     """The value of `name` (a short form) and the permits of the semaphore `name` held on one
     master; None for what cannot be read (also on TLS, Sentinel-managed and cluster masters,
     which these plain redis-py reads do not reach)."""
-    from hiredlock._core import scripts as _scripts
     from hiredlock._core import validation as _validation
+    from hiredlock._core.keys import NameKeys
     from hiredlock._core.semaphores import MAX_PERMITS
 
     redis = need_redis(USAGE)
@@ -172,7 +174,8 @@ def _read(spec: Any, name: str) -> Read:
         socket_timeout=TIMEOUT,
         socket_connect_timeout=TIMEOUT,
     )
-    key = _validation.lock_name(name)
+    layout = NameKeys(namespace, _validation.lock_name(name))
+    key = layout.key
     try:
         try:
             value = client.get(key)
@@ -183,7 +186,7 @@ def _read(spec: Any, name: str) -> Read:
         # Every permit a semaphore of this name can have (its size is on the masters only
         # while permits are held, and a holder of another size may have taken any): one MGET,
         # None for a permit that is free (or not a string).
-        values = client.mget([_scripts.permit_key(key, index) for index in range(MAX_PERMITS)])
+        values = client.mget([layout.permit(index) for index in range(MAX_PERMITS)])
         permits = tuple(index for index, value in enumerate(values) if value is not None)
     except redis.RedisError:
         return Read(None, None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from .exits import OK, UNREACHABLE, USAGE, CliError
-from .masters import master_urls, open_redlock
+from .masters import master_urls, namespace, open_redlock
 from .output import table
 
 TIMEOUT = 0.5  # seconds each master gets
@@ -21,7 +21,8 @@ def command(options: argparse.Namespace) -> int:
             "(its holders lose it at once; see `hiredlock status NAME` first)",
             USAGE,
         )
-    redlock = open_redlock(urls, source, master_timeout=TIMEOUT)
+    prefix = namespace(options.namespace)
+    redlock = open_redlock(urls, source, master_timeout=TIMEOUT, namespace=prefix)
     try:
         try:
             report = redlock.force_release(options.name)
