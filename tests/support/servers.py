@@ -30,11 +30,25 @@ import urllib.parse
 
 import redis
 
-REDIS_SERVER = (
-    os.environ.get("HIREDLOCK_TEST_REDIS_SERVER")
-    or shutil.which("redis-server")
-    or "/usr/bin/redis-server"
-)
+
+def find_server(environ) -> tuple[str, str | None]:
+    """(the server binary the fixtures run, the cli beside it or None): HIREDLOCK_TEST_REDIS_SERVER
+    when set, else redis-server on PATH, else valkey-server on PATH. The cli is the server's
+    sibling (valkey-cli beside valkey-server) in its folder, else the same kind on PATH."""
+    server = (
+        environ.get("HIREDLOCK_TEST_REDIS_SERVER")
+        or shutil.which("redis-server")
+        or shutil.which("valkey-server")
+        or "/usr/bin/redis-server"
+    )
+    kind = "valkey" if os.path.basename(server).startswith("valkey") else "redis"
+    beside = os.path.join(os.path.dirname(server), f"{kind}-cli")
+    if os.access(beside, os.X_OK):
+        return server, beside
+    return server, shutil.which(f"{kind}-cli")
+
+
+REDIS_SERVER, REDIS_CLI = find_server(os.environ)
 ADMIN_NAME = "hiredlock-tests-admin"
 
 _LIVE: dict[int, RedisServer] = {}

