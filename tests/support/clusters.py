@@ -19,8 +19,6 @@ primary to another step by step, so a test can act between the steps and see ASK
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import time
 import urllib.parse
@@ -37,17 +35,12 @@ READY_TIMEOUT = 60.0
 
 
 def cli_binary() -> str:
-    """redis-cli (or valkey-cli) beside the server binary the tests use, else the one on PATH."""
+    """redis-cli (or valkey-cli) beside the server binary the tests use, else the one on PATH
+    (servers.find_server chooses it)."""
     server = servers.require_redis_server()
-    folder, name = os.path.split(server)
-    cli_name = name.replace("server", "cli") if "server" in name else "redis-cli"
-    beside = os.path.join(folder, cli_name)
-    if os.path.isfile(beside) and os.access(beside, os.X_OK):
-        return beside
-    found = shutil.which(cli_name) or shutil.which("redis-cli")
-    if found is None:
-        raise servers.RedisServerMissing(f"no {cli_name} beside {server} nor on PATH")
-    return found
+    if servers.REDIS_CLI is None:
+        raise servers.RedisServerMissing(f"no redis-cli or valkey-cli beside {server} nor on PATH")
+    return servers.REDIS_CLI
 
 
 def node_args(extra: tuple[str, ...] = ()) -> tuple[str, ...]:

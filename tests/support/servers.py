@@ -34,7 +34,8 @@ import redis
 def find_server(environ) -> tuple[str, str | None]:
     """(the server binary the fixtures run, the cli beside it or None): HIREDLOCK_TEST_REDIS_SERVER
     when set, else redis-server on PATH, else valkey-server on PATH. The cli is the server's
-    sibling (valkey-cli beside valkey-server) in its folder, else the same kind on PATH."""
+    sibling (valkey-cli beside valkey-server) in its folder, else the same kind on PATH, else
+    the other kind (either cli speaks to either server)."""
     server = (
         environ.get("HIREDLOCK_TEST_REDIS_SERVER")
         or shutil.which("redis-server")
@@ -45,7 +46,8 @@ def find_server(environ) -> tuple[str, str | None]:
     beside = os.path.join(os.path.dirname(server), f"{kind}-cli")
     if os.access(beside, os.X_OK):
         return server, beside
-    return server, shutil.which(f"{kind}-cli")
+    other = "redis" if kind == "valkey" else "valkey"
+    return server, shutil.which(f"{kind}-cli") or shutil.which(f"{other}-cli")
 
 
 REDIS_SERVER, REDIS_CLI = find_server(os.environ)

@@ -1,7 +1,7 @@
 """Fair locks: waiters get the lock in the order they asked for it.
 
 A fair lock is a lock on the name's key (as a Lock is) with a queue in front of it on each
-master (_scripts.fair_keys): an attempt queues its acquire() call's ticket under the call's
+master (NameKeys.fair): an attempt queues its acquire() call's ticket under the call's
 order, the time it was made (this client's clock, in microseconds; the ticket breaks ties), and
 takes the lock only where that ticket is first in the queue and the lock is free (FAIR_ACQUIRE).
 The order being the same number on every master, every master's queue has the same order, so

@@ -1,7 +1,7 @@
 """Read-write locks: many readers or one writer of a name, judged over a quorum as a lock is.
 
 Each side is a lock kind (ReaderBase, WriterBase: the API classes add Lock's or AsyncLock's API)
-whose rounds run the read-write scripts of _core/scripts.py on the name's keys (rw_keys); the retry,
+whose rounds run the read-write scripts of _core/scripts.py on the name's keys (keys.py); the retry,
 deadline, unlock, renewal and cancellation logic is LockBase's. A reader is an entry of its own
 in the readers' set, with its own expiry; the writer is a key with its ttl, as a lock's.
 

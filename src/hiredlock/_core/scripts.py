@@ -153,7 +153,7 @@ _KEEP_SIZE = (
     "redis.call('set', size_key, ARGV[3], 'PX', ARGV[2]) end "
 )
 
-# A semaphore's attempt. KEYS: some of its permits, then its size record (permit_size_key);
+# A semaphore's attempt. KEYS: some of its permits, then its size record (NameKeys.permit_size);
 # ARGV: token, ttl ms, the number of permits the caller asks for. Where the record says another
 # number, takes nothing and returns minus that number. Else takes the first of the permits that
 # is free (SET NX PX), keeps the record as long as it, and returns its position in KEYS

@@ -1,7 +1,7 @@
 """Release notices: waiters woken when the lock they wait for is released, instead of a timer.
 
 Every release (and the unlock after a failed attempt, when it deleted our key) publishes on the
-name's channel (_scripts.RELEASED_CHANNEL_PREFIX + key). A client that has waiters keeps one
+name's channel (NameKeys.channel, see _core/keys.py). A client that has waiters keeps one
 subscriber connection per master, shared by all of them: a channel is subscribed while a waiter
 waits on it (and LINGER_S after the last one left, so that a lock loop does not subscribe anew on
 every wait), and any one master's notice wakes every waiter of that name in this client, which
