@@ -33,8 +33,8 @@ KIND_SCRIPT = 1
 # read; bytes too, but if that reply says NOSCRIPT those bytes (the script's EVAL) are sent then,
 # so that a master that answered late still runs the release or extend it was sent.
 LOGIN = "login"
-# ASKING the reply to the ASKING that goes before a command sent to a cluster node after an ASK
-# reply (see _engines/routing.py): read and dropped.
+# (ASKING, k) the reply to the ASKING that goes before item k's command, sent to a cluster node
+# after an ASK reply (see _engines/routing.py): an error there is item k's vote.
 ASKING = "asking"
 ASKING_COMMAND = b"*1\r\n$6\r\nASKING\r\n"
 REDIRECTS = ("MOVED ", "ASK ")  # the error replies of a cluster node that has not the key's slot
@@ -68,6 +68,7 @@ class Master(Link):
         "todo",
         "unqueued",
         "waited",
+        "warm",
     )
 
     def __init__(self, index: int, spec: MasterSpec) -> None:
@@ -77,6 +78,9 @@ class Master(Link):
         self.column = index  # the place it votes for (see _engines/routing.py: a cluster's node)
         # the keys (indexes) it carries in this round: None, all (a link that is not routed)
         self.carries: Optional[list[int]] = None
+        # a cluster's node that a redirect named while it had no connection: the next round
+        # opens one, though it carries no key there (see _engines/routing.py)
+        self.warm = False
         self.fd = -1
         self.owed: deque[Any] = deque()
         self.login_due = False

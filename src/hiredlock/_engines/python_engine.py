@@ -278,7 +278,10 @@ class PythonEngine:
             master.waited = not lagging & master.bit
             master.todo = 0
             if not master.busy:
-                continue  # (a cluster's node that carries no key of this round)
+                if not master.warm or master.sock is not None:
+                    continue  # (a cluster's node that carries no key of this round)
+                master.warm = False  # (a redirect named it: connected now, for the next ones)
+                master.busy = True
             if master.sock is not None:
                 master.deadline = rnd.deadline
                 if master.state != CONNECTING:

@@ -425,8 +425,9 @@ class Round:
                 ):
                     continue  # (its vote comes from the node it was sent to)
                 votes.count(entry, master.column, self.kind, reply)
-            elif entry is ASKING:
-                pass  # (an error to it makes the command after it fail: that is the vote)
+            elif type(entry) is tuple:  # (ASKING, key): an error to it is the key's vote
+                if type(reply) is ReplyError:
+                    votes.vote(entry[1], master.column, ERROR, reply.text)
             elif entry is LOGIN:
                 if type(reply) is ReplyError:
                     self.fail(master, ERROR, reply.text)
@@ -454,7 +455,10 @@ class Round:
         if target is None:
             return False
         link = self.masters[target[0]]
-        if link.sock is None or link.state != READY or link.login_due or link.carries is None:
+        if link.sock is None:
+            link.warm = True  # (opened by the next round, for the redirects that follow)
+            return False
+        if link.state != READY or link.login_due or link.carries is None:
             return False
         redirects[key] = redirects.get(key, 0) + 1
         master.carries.remove(key)  # type: ignore[union-attr]
@@ -472,7 +476,7 @@ class Round:
             link.deadline = self.deadline
         if target[1]:
             data = ASKING_COMMAND + data
-            link.owed.append(ASKING)
+            link.owed.append((ASKING, key))
         link.owed.append(key)
         link.todo += 1
         try:
@@ -506,7 +510,9 @@ class Round:
         if evals is not None and evals.acquires:
             evals = None  # a late acquire never runs (Script.acquires)
         master.owed = deque(
-            (None if evals is None else evals[entry]) if type(entry) is int else entry
+            ((None if evals is None else evals[entry]) if type(entry) is int else entry)
+            if type(entry) is not tuple
+            else None  # (an ASKING's reply)
             for entry in master.owed
         )
         master.todo = 0

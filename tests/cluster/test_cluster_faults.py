@@ -1,0 +1,162 @@
+"""A Redis Cluster that changes under contended locks: a slot migrated step by step (ASK while it
+moves, MOVED after) and a primary killed and replaced by its replica. Threads of several clients
+contend on names of one slot; an occupancy oracle in the test process counts two holders of one
+name at once (a violation). On the sync API (its threads), both engines."""
+
+from __future__ import annotations
+
+import random
+import re
+import socket
+import threading
+import time
+
+from clusters import SlotMigration, fresh_cluster_fixture  # noqa: F401  (fixture)
+from support import wait_until
+
+from hiredlock import HiredlockError, Redlock
+from hiredlock._core.slots import key_slot
+
+PROGRESS_S = 60  # (how long a phase may take to show progress on a loaded machine)
+
+
+class Contenders:
+    """`threads` threads, each with a client of its own, taking one of `names` at a time (timeout
+    2 s, ttl 10 s) and releasing it; `inside` is the oracle."""
+
+    def __init__(self, engine: str, url: str, names: list[str], threads: int = 4) -> None:
+        self.names = names
+        self.inside = dict.fromkeys(names, 0)
+        self.mutex = threading.Lock()
+        self.violations = 0
+        self.acquired = 0
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.clients = [Redlock([url], backend=engine, retry_delay=0.02) for _ in range(threads)]
+        self.threads = [
+            threading.Thread(target=self._run, args=(client,), daemon=True)
+            for client in self.clients
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def _run(self, client: Redlock) -> None:
+        rng = random.Random()
+        while not self.stop.is_set():
+            name = rng.choice(self.names)
+            lock = client.lock(name, 10)
+            try:
+                if not lock.acquire(timeout=2):
+                    continue
+            except HiredlockError as exc:
+                self.errors.append(f"acquire: {exc}")
+                continue
+            with self.mutex:
+                self.inside[name] += 1
+                if self.inside[name] > 1:
+                    self.violations += 1
+                self.acquired += 1
+            with self.mutex:
+                self.inside[name] -= 1
+            try:
+                lock.release()
+            except HiredlockError as exc:
+                self.errors.append(f"release: {exc}")
+
+    def progress(self, more: int, what: str) -> None:
+        """Waits until `more` acquisitions more than now have been made."""
+        target = self.acquired + more
+        wait_until(lambda: self.acquired >= target, PROGRESS_S, what)
+
+    def close(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(30)
+        for client in self.clients:
+            client.close()
+
+
+class Monitor:
+    """The commands a server ran while watched (MONITOR), read at the end."""
+
+    def __init__(self, server) -> None:
+        self._sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        self._sock.sendall(b"MONITOR\r\n")
+        assert self._sock.recv(5) == b"+OK\r\n"
+
+    def close(self) -> bytes:
+        """What it ran until now (read for at most a second: the commands keep coming)."""
+        self._sock.settimeout(0.2)
+        data = b""
+        deadline = time.monotonic() + 1.0
+        try:
+            while time.monotonic() < deadline and (chunk := self._sock.recv(65536)):
+                data += chunk
+        except socket.timeout:
+            pass
+        self._sock.close()
+        return data
+
+
+def rejected_calls(server) -> int:
+    """The commands the server refused (INFO commandstats): a cluster node counts there the
+    commands it answered with a redirection."""
+    stats = server.admin().info("commandstats")
+    return sum(int(entry.get("rejected_calls", 0)) for entry in stats.values())
+
+
+def names_in_one_slot(count: int) -> list[str]:
+    return [f"{{migrating}}:{i}" for i in range(count)]
+
+
+def test_a_slot_migrated_under_contention_keeps_one_holder(engine, fresh_cluster):
+    names = names_in_one_slot(6)
+    slot = key_slot(names[0].encode())
+    source = fresh_cluster.server_on(fresh_cluster.owners()[slot])
+    target = next(s for s in fresh_cluster.primaries() if s is not source)
+    migration = SlotMigration(fresh_cluster, slot, source, target)
+    contenders = Contenders(engine, fresh_cluster.url, names)
+    try:
+        contenders.progress(20, "acquisitions before the migration")
+        watched_target = Monitor(target)
+        migration.begin()  # a name not on the source now answers ASK there
+        contenders.progress(20, "acquisitions while the slot is migrating")
+        migration.move_keys()
+        contenders.progress(10, "acquisitions with the keys moved")
+        asked = watched_target.close()
+        redirected = rejected_calls(source)
+        migration.finish()  # the source answers MOVED from now on
+        contenders.progress(20, "acquisitions after the migration")
+        moved = rejected_calls(source) - redirected
+    finally:
+        contenders.close()
+    assert contenders.violations == 0
+    assert re.search(rb'"asking"', asked, re.I), "no ASK was followed (no ASKING on the target)"
+    # (the source refuses a command of a slot it no longer has with MOVED: a rejected call)
+    assert moved > 0, "no command was redirected by the old owner after the migration"
+    assert source.admin().keys("*migrating*") == []
+    assert [k for k in target.admin().keys("*migrating*")] == []  # (all released)
+
+
+def test_a_killed_primary_is_replaced_by_its_replica(engine, fresh_cluster):
+    """Locks go on after a primary's death once its replica is promoted (the slot map is asked
+    again after the failures). A lock held on the dead primary when it died may be lost with it
+    (docs/production.md: Redis Cluster): the oracle is not asked to hold across the failover,
+    only after it."""
+    names = names_in_one_slot(4)
+    slot = key_slot(names[0].encode())
+    primary = fresh_cluster.server_on(fresh_cluster.owners()[slot])
+    replica = fresh_cluster.replica_of(primary)
+    contenders = Contenders(engine, fresh_cluster.url, names)
+    try:
+        contenders.progress(20, "acquisitions before the failover")
+        fresh_cluster.kill_primary(primary)
+        fresh_cluster.wait_for_promotion(replica)
+        before = contenders.violations
+        started = time.monotonic()
+        contenders.progress(30, "acquisitions after the promotion")
+        assert time.monotonic() - started < PROGRESS_S
+    finally:
+        contenders.close()
+    assert contenders.violations == before
+    assert replica.admin().keys("*migrating*") == []
