@@ -165,13 +165,23 @@ cdef struct Master:
     const char *auth_argv[3]
     size_t auth_len[3]
     int select_db              # -1: no SELECT
-    # this round's reply slots: key indices in the order the replies will come
+    # this round's reply slots: key indices in the order the replies will come (ASKING_SLOT(k):
+    # the reply to the ASKING sent before key k's command, on a cluster node)
     int *slots
     unsigned long long *slot_seq  # the command number of each slot
     int slot_head
     int slot_tail
     int slot_cap
     bint want_write            # obuf not flushed yet
+    # With a router (a cluster place's nodes are links of their own): the place this link votes
+    # for, and this round's keys (router.assign): carry[0:n_carry] ascending, n_carry -1 for
+    # every key (also without a router, where column is the link's own index). `idle`: no key
+    # of the round, so nothing is written to it, opened or waited for (unless a redirection
+    # sends it a key).
+    int column
+    int *carry
+    int n_carry
+    bint idle
     bint failed                # failed in this round
     bint waited                # wait_all rounds wait for it (it is not lagging)
     # The policy's masks for this master (_engines/master_policy.py), as C reads them: its bit of
@@ -216,6 +226,14 @@ cdef class NativeEngine:
     # rather than trust what they carry.
     cdef bint in_round
     cdef object specs          # keeps the host/path/password bytes alive
+    # A cluster place's links (hiredlock/_engines/routing.py's Router), or None: the engine's
+    # masters are then router.links, each voting in its place's column (Master.column), and
+    # votes, results and the quorum count n_cols places instead of n links.
+    cdef object router
+    cdef bint routed
+    cdef int n_cols
+    cdef int *owner            # [item * n_cols + column]: the link carrying that vote (routed)
+    cdef uint8_t *redirects    # [item]: its command's redirections in this round (routed)
     cdef list _keepalive
     cdef int n_named           # masters given by host name (looked up by _resolver)
     # [master]: what _resolver looks up for a named master (a (host name, port) pair, or a
@@ -235,12 +253,12 @@ cdef class NativeEngine:
     cdef dict scripts          # sha -> (numkeys, bit, EVALSHA head, EVAL head): see _script
     # per-round scratch, grown as batches grow
     cdef int cap_items
-    cdef uint8_t *codes        # [item * n + master]
-    cdef long long *values     # [item * n + master]: integer replies, when asked for
+    cdef uint8_t *codes        # [item * n_cols + column]
+    cdef long long *values     # [item * n_cols + column]: integer replies, when asked for
     cdef int *oks
     cdef int *fails
     cdef int64_t *decided_at
-    cdef char **details        # [item * n + master], malloc'd texts or NULL
+    cdef char **details        # [item * n_cols + column], malloc'd texts or NULL
     cdef hl_pollfd *fds
     cdef int *fd_master
     cdef const char **argv_ptr
@@ -370,6 +388,17 @@ cdef void _vote(NativeEngine self, int k, int i, uint8_t code, const char *detai
 cdef void _explain_pending(NativeEngine self, int i, const char *detail) noexcept nogil
 cdef void _vote_master(NativeEngine self, int i, uint8_t code,
                        const char *detail) noexcept nogil
+
+# -- routing.pxi: a cluster place's links (only with a router): the keys each link carries in a
+# round, a key's command sent on a link of its own, MOVED/ASK followed (_engines/round.py's)
+
+cdef int _assign(NativeEngine self, Command *cmd, tuple items, bint columns) except -1
+cdef const char *_append_item(NativeEngine self, int i, Command *cmd, int k, bint asking,
+                              bint as_eval) noexcept nogil
+cdef bint _room(Master *m, int more) noexcept nogil
+cdef bint _redirect(NativeEngine self, Command *cmd, int k, int i, const char *text,
+                    int64_t now) noexcept nogil
+cdef int _ask_router(NativeEngine self, int i, const char *text, bint *asking) noexcept with gil
 
 # round_events.pxi: NativeRound (above), the round fed by an event loop (hiredlock/aio/_rounds.py)
 # steps.pxi: run_steps, the blocking driver of the step generators (_engines/blocking.py's run)

@@ -10,7 +10,8 @@ timing rule come from the Python package; this module only moves bytes and count
 This file is the umbrella: the constants taken from the Python package, the NativeEngine class
 (the contract's calls), and the parts it includes, each named after what it mirrors in Python:
 resp.pxi (_engines/resp.py), master.pxi (a master's connection: _engines/master.py, with
-python_engine.py's steps around a round), round.pxi (a round: _engines/round.py), round_events.pxi
+python_engine.py's steps around a round), round.pxi (a round: _engines/round.py), routing.pxi (a
+cluster place's links: the router's keys per link, MOVED/ASK followed), round_events.pxi
 (NativeRound, the round an event loop feeds: aio/_rounds.py drives it) and steps.pxi (the blocking
 driver of the steps: _engines/blocking.py's run). engine.pxd is the table of contents: the shared
 structs and limits, both classes' fields, every part's C functions.
@@ -73,6 +74,10 @@ cdef uint8_t ERROR = _scripts.Outcome.ERROR
 cdef uint8_t SKIPPED = _scripts.Outcome.SKIPPED
 cdef uint8_t PENDING = 255
 cdef int MAX_STALE = _scripts.MAX_STALE_REPLIES
+# How often one key's command follows a cluster's MOVED/ASK in a round (see _redirect).
+cdef int MAX_REDIRECTS = _scripts.MAX_REDIRECTS
+cdef const char *ASKING_COMMAND = b"*1\r\n$6\r\nASKING\r\n"
+cdef size_t ASKING_LENGTH = 16
 # The largest reply a lock command may get: libhiredis keeps a reply's bytes until it is whole,
 # and builds an array's elements as they come, so a master could make it take any amount of
 # memory otherwise.
@@ -129,6 +134,7 @@ cdef inline int64_t now_ns() noexcept nogil:
 include "resp.pxi"
 include "master.pxi"
 include "round.pxi"
+include "routing.pxi"
 include "round_events.pxi"
 include "steps.pxi"
 
@@ -142,13 +148,22 @@ cdef class NativeEngine:
 
     name = "native"
 
-    def __cinit__(self, masters, quorum=None):
+    def __cinit__(self, masters, quorum=None, router=None):
         cdef int i
-        specs = tuple(masters)
-        self.n = len(specs)
+        if router is None:
+            specs = tuple(masters)
+            self.n = len(specs)
+            self.n_cols = self.n
+        else:
+            # a cluster place's nodes are links of their own (see routing.py); the places vote
+            specs = tuple(router.links)
+            self.n = len(specs)
+            self.n_cols = router.n_places
+            self.router = router
+            self.routed = True
         if self.n == 0:
             raise ValueError("masters must name at least one Redis master")
-        self.quorum = self.n // 2 + 1 if quorum is None else quorum
+        self.quorum = self.n_cols // 2 + 1 if quorum is None else quorum
         self.masters = <Master *>calloc(self.n, sizeof(Master))
         self.fds = <hl_pollfd *>calloc(self.n, sizeof(hl_pollfd))
         self.fd_master = <int *>calloc(self.n, sizeof(int))
@@ -169,6 +184,15 @@ cdef class NativeEngine:
         self.generation = fork_generation
         for i in range(self.n):
             self._setup_master(i, specs[i])
+            self.masters[i].column = i
+            self.masters[i].n_carry = -1
+        if router is not None:
+            columns = tuple(router.columns)
+            if len(columns) != self.n or not all(
+                    type(c) is int and 0 <= c < self.n_cols for c in columns):
+                raise ValueError("router.columns must give each link's place, 0 to n_places - 1")
+            for i in range(self.n):
+                self.masters[i].column = columns[i]
         self._grow(1)
         self.policy = MasterPolicy(self._places)
         _take_masks(self)
@@ -220,7 +244,7 @@ cdef class NativeEngine:
         cdef size_t cells
         if n_items <= self.cap_items:
             return 0
-        cells = <size_t>n_items * self.n
+        cells = <size_t>n_items * self.n_cols
         self._free_scratch()
         self.codes = <uint8_t *>malloc(cells)
         self.values = <long long *>malloc(cells * sizeof(long long))
@@ -245,6 +269,16 @@ cdef class NativeEngine:
                 2 * n_items * sizeof(unsigned long long))
             if self.masters[i].slots == NULL or self.masters[i].slot_seq == NULL:
                 raise MemoryError()
+            if self.routed:
+                free(self.masters[i].carry)
+                self.masters[i].carry = <int *>malloc(n_items * sizeof(int))
+                if self.masters[i].carry == NULL:
+                    raise MemoryError()
+        if self.routed:
+            self.owner = <int *>malloc(cells * sizeof(int))
+            self.redirects = <uint8_t *>malloc(n_items)
+            if self.owner == NULL or self.redirects == NULL:
+                raise MemoryError()
         self.cap_items = n_items
         return 0
 
@@ -259,6 +293,10 @@ cdef class NativeEngine:
         free(self.args)
         free(self.args_len)
         free(self.item_end)
+        free(self.owner)
+        free(self.redirects)
+        self.owner = NULL
+        self.redirects = NULL
         self.args = NULL
         self.args_len = NULL
         self.item_end = NULL
@@ -276,6 +314,7 @@ cdef class NativeEngine:
             for i in range(self.n):
                 free(self.masters[i].slots)
                 free(self.masters[i].slot_seq)
+                free(self.masters[i].carry)
             free(self.masters)
         self._free_scratch()
         free(self.batch)

@@ -81,6 +81,8 @@ cdef object _round(NativeEngine self, Kind kind, tuple head, tuple eval_head, tu
                 cmd.args[k * n_args + j] = PyBytes_AS_STRING(value)
                 cmd.args_len[k * n_args + j] = PyBytes_GET_SIZE(value)
         _format_batch(self, cmd)
+        if self.routed:
+            _assign(self, cmd, items, columns)
         self.busy = True
         if begin:
             if self.generation != fork_generation:
@@ -121,7 +123,7 @@ cdef inline void _clear_details(NativeEngine self, int n_items) noexcept nogil:
     if not self.c_details:
         return
     self.c_details = False
-    for i in range(n_items * self.n):
+    for i in range(n_items * self.n_cols):
         free(self.details[i])
         self.details[i] = NULL
 
@@ -131,21 +133,22 @@ cdef list _results(NativeEngine self, Command *cmd, int64_t t0, int64_t end):
     cdef uint8_t *row
     cdef list out = []
     cdef dict details
+    cdef int n_cols = self.n_cols
     for k in range(cmd.n_items):
-        row = self.codes + k * self.n
+        row = self.codes + k * n_cols
         details = None
-        for i in range(self.n):
+        for i in range(n_cols):
             if row[i] == PENDING:
                 row[i] = SKIPPED if self.decided_at[k] else TIMEOUT
-            if self.details[k * self.n + i] != NULL:
+            if self.details[k * n_cols + i] != NULL:
                 if details is None:
                     details = {}
-                details[i] = self.details[k * self.n + i].decode("utf-8", "replace")
+                details[i] = self.details[k * n_cols + i].decode("utf-8", "replace")
         out.append((
-            PyBytes_FromStringAndSize(<char *>row, self.n),
+            PyBytes_FromStringAndSize(<char *>row, n_cols),
             (self.decided_at[k] if self.decided_at[k] else end) - t0,
             details,
-            tuple([self.values[k * self.n + i] for i in range(self.n)])
+            tuple([self.values[k * n_cols + i] for i in range(n_cols)])
             if cmd.want_values else None,
         ))
     return out
@@ -206,12 +209,14 @@ cdef inline bint _start(NativeEngine self, Command *cmd, int64_t timeout_ns, bin
     cdef int i
     cdef int64_t t0
     cdef Master *m
-    memset(self.codes, PENDING, <size_t>cmd.n_items * self.n)
+    memset(self.codes, PENDING, <size_t>cmd.n_items * self.n_cols)
     memset(self.oks, 0, cmd.n_items * sizeof(int))
     memset(self.fails, 0, cmd.n_items * sizeof(int))
     memset(self.decided_at, 0, cmd.n_items * sizeof(int64_t))
     if cmd.want_values:
-        memset(self.values, 0, <size_t>cmd.n_items * self.n * sizeof(long long))
+        memset(self.values, 0, <size_t>cmd.n_items * self.n_cols * sizeof(long long))
+    if self.routed:
+        memset(self.redirects, 0, cmd.n_items)
     self.c_n_items = cmd.n_items
     self.c_undecided = cmd.n_items
     self.c_timeout_ns = timeout_ns
@@ -257,7 +262,9 @@ cdef inline bint _start(NativeEngine self, Command *cmd, int64_t timeout_ns, bin
         m.waited = not m.lagging and m.state != CONNECTING
         m.slot_head = 0
         m.slot_tail = 0
-        _prepare(self, i, cmd, t0)
+        m.idle = m.n_carry == 0  # (only with a router: a cluster node without keys this round)
+        if not m.idle:
+            _prepare(self, i, cmd, t0)
     return True
 
 
@@ -278,6 +285,8 @@ cdef inline int _wanted(NativeEngine self) noexcept nogil:
         if m.failed or m.ctx == NULL:
             continue
         if m.state == CONNECTING:
+            if m.idle:
+                continue
             events = connect_events(m)
             owes = True
         elif m.slot_head != m.slot_tail:
@@ -329,7 +338,7 @@ cdef inline void _account(NativeEngine self, Command *cmd) noexcept nogil:
     for i in range(self.n):
         m = &self.masters[i]
         if m.ctx != NULL:
-            if m.state == CONNECTING and now >= m.connect_deadline:
+            if m.state == CONNECTING and now >= m.connect_deadline and not m.idle:
                 _explain_pending(self, i, connect_timed_out(m))
                 fail(m, connect_timed_out(m), now)
             elif m.slot_tail > m.slot_head:
@@ -370,7 +379,8 @@ cdef bint _cold_can_decide(NativeEngine self) noexcept nogil:
         for i in range(self.n):
             m = &self.masters[i]
             if (m.cold and not m.failed and m.ctx != NULL
-                    and self.codes[k * self.n + i] == PENDING):
+                    and self.codes[k * self.n_cols + m.column] == PENDING
+                    and (not self.routed or self.owner[k * self.n_cols + m.column] == i)):
                 possible += 1
         if possible >= self.quorum:
             return True
@@ -407,6 +417,18 @@ cdef void _queue_round(NativeEngine self, int i, Command *cmd, int64_t now) noex
     # a script the engine does not track (more than 32) relies on the NOSCRIPT fallback.
     cdef bint as_eval = cmd.script_bit != 0 and not (m.scripts_known & cmd.script_bit)
     cdef const char *failure
+    if m.n_carry >= 0:
+        # a cluster node: only the keys of its slots, in the order the router gave
+        for k in range(m.n_carry):
+            failure = _append_item(self, i, cmd, m.carry[k], False, as_eval)
+            if failure != NULL:
+                _fail_master(self, i, CONN_ERROR, failure, now)
+                return
+        if as_eval:
+            m.scripts_known |= cmd.script_bit
+        m.want_write = True
+        _write(self, i, now)
+        return
     if as_eval:
         for k in range(cmd.n_items):
             failure = _append_eval(self, i, cmd, k)
@@ -469,7 +491,7 @@ cdef const char *_append_eval(NativeEngine self, int i, Command *cmd, int k) noe
     cdef int argc, length
     cdef char *formatted = NULL
     cdef const char *failure
-    if m.slot_tail == m.slot_cap:
+    if not _room(m, 1):
         return b"out of memory"
     argc = _argv(self, cmd, k, True)
     length = format_command(&formatted, argc, self.argv_ptr, self.argv_len)
@@ -493,6 +515,8 @@ cdef void _owe_evals(NativeEngine self, Master *m, Command *cmd) noexcept nogil:
     cdef char *formatted
     cdef Redo *redo
     for j in range(m.slot_head, m.slot_tail):
+        if m.slots[j] < 0:
+            continue  # an ASKING
         argc = _argv(self, cmd, m.slots[j], True)
         formatted = NULL
         length = format_command(&formatted, argc, self.argv_ptr, self.argv_len)
@@ -594,7 +618,11 @@ cdef void _drain(NativeEngine self, int i, Command *cmd, int64_t now) noexcept n
         elif m.slot_head < m.slot_tail:
             k = m.slots[m.slot_head]
             m.slot_head += 1
-            if cmd.kind == KIND_SCRIPT and reply.type != REDIS_REPLY_ERROR:
+            if k < 0:
+                # the ASKING before key -1 - k's command (a cluster node): an error is its vote
+                if reply.type == REDIS_REPLY_ERROR:
+                    _vote(self, -1 - k, i, ERROR, reply.str)
+            elif cmd.kind == KIND_SCRIPT and reply.type != REDIS_REPLY_ERROR:
                 m.scripts_known |= cmd.script_bit
             if (cmd.kind == KIND_SCRIPT and reply.type == REDIS_REPLY_ERROR
                     and strncmp(reply.str, b"NOSCRIPT", 8) == 0):
@@ -606,6 +634,10 @@ cdef void _drain(NativeEngine self, int i, Command *cmd, int64_t now) noexcept n
                 else:
                     m.want_write = True
                     _write(self, i, now)
+            elif (self.routed and reply.type == REDIS_REPLY_ERROR
+                    and (strncmp(reply.str, b"MOVED ", 6) == 0
+                         or strncmp(reply.str, b"ASK ", 4) == 0)):
+                _redirect(self, cmd, k, i, reply.str, now)
             else:
                 _count(self, cmd, k, i, reply)
         freeReplyObject(raw)
@@ -639,7 +671,7 @@ cdef void _count(NativeEngine self, Command *cmd, int k, int i, redisReply *repl
 
 
 cdef void _vote(NativeEngine self, int k, int i, uint8_t code, const char *detail) noexcept nogil:
-    cdef int cell = k * self.n + i
+    cdef int cell = k * self.n_cols + self.masters[i].column
     cdef size_t length
     if self.codes[cell] != PENDING:
         return
@@ -658,7 +690,7 @@ cdef void _vote(NativeEngine self, int k, int i, uint8_t code, const char *detai
     else:
         self.fails[k] += 1
     if self.decided_at[k] == 0 and (
-            self.oks[k] >= self.quorum or self.fails[k] > self.n - self.quorum):
+            self.oks[k] >= self.quorum or self.fails[k] > self.n_cols - self.quorum):
         self.decided_at[k] = now_ns()
         self.c_undecided -= 1
 
@@ -667,9 +699,10 @@ cdef void _explain_pending(NativeEngine self, int i, const char *detail) noexcep
     """Gives master i's pending votes on undecided keys (they end as TIMEOUT) a reason."""
     cdef int k, cell
     for k in range(self.c_n_items):
-        cell = k * self.n + i
+        cell = k * self.n_cols + self.masters[i].column
         if (self.codes[cell] == PENDING and self.decided_at[k] == 0
-                and self.details[cell] == NULL):
+                and self.details[cell] == NULL
+                and (not self.routed or self.owner[cell] == i)):
             self.details[cell] = <char *>malloc(strlen(detail) + 1)
             if self.details[cell] != NULL:
                 self.c_details = True
@@ -678,5 +711,8 @@ cdef void _explain_pending(NativeEngine self, int i, const char *detail) noexcep
 
 cdef void _vote_master(NativeEngine self, int i, uint8_t code, const char *detail) noexcept nogil:
     cdef int k
+    cdef int c = self.masters[i].column
     for k in range(self.c_n_items):
-        _vote(self, k, i, code, detail)
+        # (with a router, only the keys link i carries: see _assign and _redirect)
+        if not self.routed or self.owner[k * self.n_cols + c] == i:
+            _vote(self, k, i, code, detail)

@@ -40,6 +40,7 @@ SDIST_REQUIRED = (
     "_native/resp.pxi",
     "_native/master.pxi",
     "_native/round.pxi",
+    "_native/routing.pxi",
     "_native/round_events.pxi",
     "_native/steps.pxi",
     "_native/libhiredis.pxd",

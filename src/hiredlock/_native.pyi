@@ -13,8 +13,13 @@ HIREDIS_VERSION: str
 class NativeEngine:
     name: ClassVar[str]
     # (made by __cinit__: its arguments are __new__'s)
+    # router: a client's Router (hiredlock._engines.routing): the engine's links are its links,
+    # its votes one column per place; masters is then not read
     def __new__(
-        cls, masters: Sequence[MasterSpec], quorum: Optional[int] = None
+        cls,
+        masters: Sequence[MasterSpec],
+        quorum: Optional[int] = None,
+        router: Optional[Any] = None,
     ) -> NativeEngine: ...
     def run(self, request: RoundRequest) -> list[RoundResult]: ...
     def begin(self, request: RoundRequest) -> NativeRound: ...
