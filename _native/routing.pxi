@@ -141,6 +141,7 @@ cdef bint _redirect(NativeEngine self, Command *cmd, int k, int i, const char *t
     if as_eval:
         target.scripts_known |= cmd.script_bit
     target.idle = False
+    target.unqueued = False  # (its first commands went in this round: see Master.cold)
     target.want_write = True
     _write(self, j, now)
     return True
