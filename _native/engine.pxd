@@ -229,7 +229,7 @@ cdef class NativeEngine:
     # A cluster place's links (hiredlock/_engines/routing.py's Router), or None: the engine's
     # masters are then router.links, each voting in its place's column (Master.column), and
     # votes, results and the quorum count n_cols places instead of n links.
-    cdef object router
+    cdef readonly object router  # (read by routing.py's RoutedEngines.stale)
     cdef bint routed
     cdef int n_cols
     cdef int *owner            # [item * n_cols + column]: the link carrying that vote (routed)

@@ -58,6 +58,7 @@ from hiredlock._core import scripts as _scripts
 from hiredlock._engines import connect as connecting
 from hiredlock._engines import poller as _poller
 from hiredlock._engines import resolver as _resolver
+from hiredlock._engines import routing as _routing
 from hiredlock._engines import tls as _tls
 from hiredlock._engines.connect import LOCAL_ERRNOS, LOCAL_ERROR_PREFIX
 from hiredlock._engines.master_policy import MasterPolicy, MasterReport
@@ -75,7 +76,7 @@ cdef uint8_t SKIPPED = _scripts.Outcome.SKIPPED
 cdef uint8_t PENDING = 255
 cdef int MAX_STALE = _scripts.MAX_STALE_REPLIES
 # How often one key's command follows a cluster's MOVED/ASK in a round (see _redirect).
-cdef int MAX_REDIRECTS = _scripts.MAX_REDIRECTS
+cdef int MAX_REDIRECTS = _routing.MAX_REDIRECTS
 cdef const char *ASKING_COMMAND = b"*1\r\n$6\r\nASKING\r\n"
 cdef size_t ASKING_LENGTH = 16
 # The largest reply a lock command may get: libhiredis keeps a reply's bytes until it is whole,

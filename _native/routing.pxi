@@ -122,9 +122,11 @@ cdef bint _redirect(NativeEngine self, Command *cmd, int k, int i, const char *t
     cdef const char *failure
     if self.codes[cell] != PENDING:
         return False  # voted already (its ASKING was refused)
-    j = _ask_router(self, i, text, &asking)  # (asked even past the limit: MOVED updates its map)
-    if (j < 0 or j >= self.n or self.redirects[k] >= MAX_REDIRECTS
-            or self.masters[j].column != m.column):
+    if self.redirects[k] >= MAX_REDIRECTS:
+        _vote(self, k, i, ERROR, text)
+        return False
+    j = _ask_router(self, i, text, &asking)
+    if j < 0 or j >= self.n or self.masters[j].column != m.column:
         _vote(self, k, i, ERROR, text)
         return False
     target = &self.masters[j]
@@ -140,8 +142,11 @@ cdef bint _redirect(NativeEngine self, Command *cmd, int k, int i, const char *t
         return False
     if as_eval:
         target.scripts_known |= cmd.script_bit
-    target.idle = False
-    target.unqueued = False  # (its first commands went in this round: see Master.cold)
+    if target.idle:  # not in this round until now: waited for, with the round's deadline
+        target.idle = False
+        target.waited = True
+        target.cold = False
+    target.unqueued = False
     target.want_write = True
     _write(self, j, now)
     return True

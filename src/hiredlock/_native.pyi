@@ -13,14 +13,16 @@ HIREDIS_VERSION: str
 class NativeEngine:
     name: ClassVar[str]
     # (made by __cinit__: its arguments are __new__'s)
-    # router: a client's Router (hiredlock._engines.routing): the engine's links are its links,
-    # its votes one column per place; masters is then not read
+    # router: a routing table (hiredlock._engines.routing's Table): the engine's connections are
+    # its links, its votes one column per place; masters is then not read
     def __new__(
         cls,
         masters: Sequence[MasterSpec],
         quorum: Optional[int] = None,
         router: Optional[Any] = None,
     ) -> NativeEngine: ...
+    @property
+    def router(self) -> Any: ...
     def run(self, request: RoundRequest) -> list[RoundResult]: ...
     def begin(self, request: RoundRequest) -> NativeRound: ...
     def finish(self, rnd: NativeRound) -> list[RoundResult]: ...

@@ -467,11 +467,6 @@ MAX_REPLY_BYTES = 64 * 1024
 # under a second. Each reply owed keeps at most its command's EVAL (a few hundred bytes).
 MAX_STALE_REPLIES = 4096
 
-# How many times one key's command may be sent on to another node of a cluster place in one round
-# (a MOVED or ASK reply); past that, the key votes ERROR with the last redirection's text, and the
-# next attempt goes where the refreshed slot map says.
-MAX_REDIRECTS = 3
-
 # How long the clean-up round after an interruption (a Ctrl-C, a cancelled task) waits for the
 # masters' replies, at most: its unlocks are written to every master and need no answer (a
 # stopped master runs them when it resumes, behind what it had), so the interruption is not held
