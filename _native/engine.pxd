@@ -182,6 +182,7 @@ cdef struct Master:
     int *carry
     int n_carry
     bint idle
+    bint warm                  # a redirect named it with no connection: the next round opens it
     bint failed                # failed in this round
     bint waited                # wait_all rounds wait for it (it is not lagging)
     # The policy's masks for this master (_engines/master_policy.py), as C reads them: its bit of

@@ -263,6 +263,11 @@ cdef inline bint _start(NativeEngine self, Command *cmd, int64_t timeout_ns, bin
         m.slot_head = 0
         m.slot_tail = 0
         m.idle = m.n_carry == 0  # (only with a router: a cluster node without keys this round)
+        if m.idle and m.warm and m.ctx == NULL:
+            # a redirect named it while it had no connection: opened now, for the next ones
+            # (routing.py's round.py twin: Master.warm)
+            m.warm = False
+            m.idle = False
         if not m.idle:
             _prepare(self, i, cmd, t0)
     return True
@@ -424,7 +429,7 @@ cdef void _queue_round(NativeEngine self, int i, Command *cmd, int64_t now) noex
             if failure != NULL:
                 _fail_master(self, i, CONN_ERROR, failure, now)
                 return
-        if as_eval:
+        if as_eval and m.n_carry > 0:
             m.scripts_known |= cmd.script_bit
         m.want_write = True
         _write(self, i, now)
@@ -662,7 +667,7 @@ cdef void _count(NativeEngine self, Command *cmd, int k, int i, redisReply *repl
             _vote(self, k, i, ERROR, b"unexpected reply to SET")
     elif reply.type == REDIS_REPLY_INTEGER:
         if cmd.want_values:
-            self.values[k * self.n + i] = reply.integer
+            self.values[k * self.n_cols + self.masters[i].column] = reply.integer
         _vote(self, k, i, OK if reply.integer > 0 else TAKEN, NULL)
     elif reply.type == REDIS_REPLY_NIL:
         _vote(self, k, i, TAKEN, NULL)

@@ -131,6 +131,8 @@ cdef bint _redirect(NativeEngine self, Command *cmd, int k, int i, const char *t
         return False
     target = &self.masters[j]
     if target.failed or target.ctx == NULL or target.state != READY:
+        if target.ctx == NULL:
+            target.warm = True  # (the next round opens it, for the redirects that follow)
         _vote(self, k, i, ERROR, text)
         return False
     self.redirects[k] += 1

@@ -115,5 +115,6 @@ def test_the_quorum_counts_a_cluster_as_one_place(api, make_redlock, cluster, ma
         server.admin().set(key, b"someone-else", px=10_000)
     other = rl.lock(key, 10)
     assert not other.acquire(blocking=False)
-    assert [vote.outcome.name for vote in other.last_votes] == ["OK", "TAKEN", "TAKEN"]
+    votes = [vote.outcome.name for vote in other.last_votes]
+    assert votes[1:] == ["TAKEN", "TAKEN"] and votes[0] in ("OK", "SKIPPED"), votes
     assert primary_of(cluster, key).admin().get(key) is None  # (the failed attempt's unlock)
