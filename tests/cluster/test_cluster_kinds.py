@@ -118,3 +118,13 @@ def test_the_quorum_counts_a_cluster_as_one_place(api, make_redlock, cluster, ma
     votes = [vote.outcome.name for vote in other.last_votes]
     assert votes[1:] == ["TAKEN", "TAKEN"] and votes[0] in ("OK", "SKIPPED"), votes
     assert primary_of(cluster, key).admin().get(key) is None  # (the failed attempt's unlock)
+
+
+def test_a_multilock_over_several_slots_is_refused_before_any_io(api, make_redlock, canary):
+    """One script takes all of a multilock's names on a master: on a cluster, one node, so the
+    names must share a hash tag. Refused when the lock is made, with nothing sent."""
+    rl = make_redlock([f"redis+cluster://127.0.0.1:{canary.port}"])
+    with pytest.raises(ValueError, match="must share one hash tag"):
+        rl.multilock(["orders", "invoices"], 10)
+    rl.multilock(["{order:42}:stock", "{order:42}:invoice"], 10)  # one slot: made
+    assert not canary.touched()

@@ -26,6 +26,7 @@ from .keys import NameKeys
 from .lock_steps import LockBase
 from .options import LockOptions
 from .requests import Request, RunScript, script
+from .slots import key_slot
 from .validation import Duration
 
 if TYPE_CHECKING:
@@ -90,6 +91,16 @@ class MultiLockBase(LockBase):
         layouts = [NameKeys(namespace, key) for key in keys]
         self._keys = tuple(layout.key for layout in layouts)
         self._channels = tuple(layout.channel for layout in layouts)
+        if any(spec.cluster is not None for spec in self._session.masters):
+            # One script takes every name on a master: on a Redis Cluster, that is one node,
+            # so the names' keys must share its slot.
+            slots = {key_slot(key) for key in self._keys}
+            if len(slots) > 1:
+                raise ValueError(
+                    "on a Redis Cluster, a multilock's names must share one hash tag, so that "
+                    "their keys are in one slot (e.g. '{order:42}:stock', '{order:42}:invoice'): "
+                    f"{len(slots)} slots for names {self._names!r}"
+                )
 
     @property
     def name(self) -> tuple[str | bytes, ...]:  # type: ignore[override]

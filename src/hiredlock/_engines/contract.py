@@ -77,7 +77,8 @@ address yet votes CONN_ERROR with the reason.
 Routing (a client with a Redis Cluster among its masters; see _engines/routing.py): the engine is
 made with `router`, a routing table. Its connections are then the table's `links` (a standalone
 master is one link, a cluster one per primary), and every vote, stop rule and quorum above counts
-the table's places (`columns[i]`: the place of link i; codes have one byte per place):
+the table's places (`columns[i]`: the place of link i; codes, details and values are indexed by
+place; a redirected key's vote moves with it to the link it was sent to):
     assign    once per round, `router.assign(keys)` (a script's key: its argv[0]) gives each link
               the keys it carries: None all of them, () none (the link takes no part in the
               round: nothing written, not opened, not waited for), else their indexes; a link
@@ -87,8 +88,10 @@ the table's places (`columns[i]`: the place of link i; codes have one byte per p
               and logged in and the key was sent elsewhere fewer than MAX_REDIRECTS times in
               this round, the command goes there ([ASKING] then the command, EVAL where that
               link has not run the script), which owes the reply and is waited for as any link
-              of the round; else the reply is the key's vote (ERROR, with its text). A MOVED or
-              ASK reply that comes after its round is dropped.
+              of the round; an error reply to ASKING is the key's vote. Else the reply is the
+              key's vote (ERROR, with its text), and a link with no connection is opened by the
+              next round (it carries nothing there: the attempts after it follow the redirect).
+              A MOVED or ASK reply that comes after its round is dropped.
     version   an engine made on a table that became `stale` is closed and replaced by its owner
               (pool.py, aio/_rounds.py), never patched
 """
