@@ -54,7 +54,9 @@ class Session:
         self.backend: str = self.engine_class.name
         # Whether an engine is out of date and must be replaced (a cluster's, whose links
         # changed), or None when engines never are
-        self.engine_stale: Optional[Callable[[Any], bool]] = getattr(engine_class, "stale", None)
+        self.engine_stale: Optional[Callable[[Any], bool]] = getattr(
+            engine_class, "engine_stale", None
+        )
         self.masters: tuple[MasterSpec, ...] = _masters.parse_masters(masters)
         self.master_names = tuple(str(spec) for spec in self.masters)
         self.quorum = _scripts.quorum(len(self.masters))

@@ -39,6 +39,7 @@ from .link import CONNECTING, READY, Link
 from .master_policy import Backoff
 from .poller import POLLIN, POLLOUT, new_poller
 from .resp import NOT_READY, ProtocolError, ReplyError, pack_command
+from .routing import RoutedEngines
 from .tls import TLSError
 
 if TYPE_CHECKING:
@@ -552,7 +553,8 @@ class ThreadNotices:
 def router_of(session: Session) -> Optional[Callable[[], Any]]:
     """What gives the router of a client with a Redis Cluster among its masters (see
     _engines/routing.py's RoutedEngines), else None."""
-    return getattr(session.engine_class, "router", None)
+    engines = session.engine_class
+    return engines.router if isinstance(engines, RoutedEngines) else None
 
 
 def _drain(sock: socket.socket) -> None:

@@ -126,7 +126,7 @@ class _SeedOnly:
 
 class RoutedEngines:
     """The engine class of a client with a Redis Cluster among its masters: each engine is made
-    on the router's newest table, and `stale(engine)` says when its table is out of date (its
+    on the router's newest table, and `engine_stale(engine)` says when its table is out of date (its
     owner then closes it and makes another)."""
 
     def __init__(self, engine_class: Any, places: Sequence[MasterSpec]) -> None:
@@ -148,7 +148,7 @@ class RoutedEngines:
             return self._router
 
     @staticmethod
-    def stale(engine: Any) -> bool:
+    def engine_stale(engine: Any) -> bool:
         return bool(engine.router.stale)
 
 
