@@ -28,6 +28,9 @@ from hiredlock._engines.cluster import (
     find_slots,
 )
 
+# (the slot map is asked in pure Python, the same for every engine: the wheel check leaves it out)
+pytestmark = pytest.mark.slow
+
 # How long a test polls the cache for a map that a background lookup brings (a loaded machine).
 POLL_S = 30.0
 
