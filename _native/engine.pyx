@@ -195,7 +195,7 @@ cdef class NativeEngine:
             for i in range(self.n):
                 self.masters[i].column = columns[i]
         self._grow(1)
-        self.policy = MasterPolicy(self._places)
+        self.policy = MasterPolicy(self._places, self.router)
         _take_masks(self)
         _resolver.prefetch([place for place in self._places if place is not None])
 

@@ -17,7 +17,9 @@ Rules (each here and nowhere else):
                 is a replica now: its connection goes and the resolver is asked again
     failover    a Sentinel group's master is compared with what the sentinels name now (at most
                 every SENTINEL_CHECK_S); its connection goes when they name another, or none
-    moved       a master with a place that failed may have moved: the resolver is asked again
+    moved       a master with a place that failed may have moved: the resolver is asked again;
+                a Redis Cluster's node that failed has the cluster's slot map asked again (a
+                failover may have made its replica the primary: see _engines/routing.py)
 
 How a round of either engine uses it (one MasterPolicy per engine: python_engine.py and round.py;
 _native/master.pxi and round.pxi), as bit masks (bit i: master i), so that a healthy round costs
@@ -92,13 +94,15 @@ class MasterPolicy:
         "last_error",
         "next_follow",
         "places",
+        "router",
         "sentinels",
         "unreached",
     )
 
-    def __init__(self, places: Sequence[Any]) -> None:
+    def __init__(self, places: Sequence[Any], router: Any = None) -> None:
         n = len(places)
         self.places = tuple(places)
+        self.router = router  # the engine's routing table (_engines/routing.py), if any
         self.backoffs = [
             Backoff(RECONNECT_BACKOFF_MIN_MS * 1_000_000, RECONNECT_BACKOFF_MAX_MS * 1_000_000)
             for _ in range(n)
@@ -160,6 +164,8 @@ class MasterPolicy:
             )
             if places[i] is not None:  # its address may have moved: a failover, a DNS change
                 _resolver.refresh(places[i])
+            if self.router is not None:
+                self.router.failed(i)
         drop = 0
         if report.readonly:
             for i, place in enumerate(places):

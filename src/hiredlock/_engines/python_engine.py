@@ -73,7 +73,7 @@ class PythonEngine:
             for master, column in zip(self._masters, router.columns):
                 master.column = column
         self._quorum = quorum if quorum is not None else _quorum_of(self._places)
-        self._policy = MasterPolicy([master.place for master in self._masters])
+        self._policy = MasterPolicy([master.place for master in self._masters], router)
         self._generation = _fork.generation
         _resolver.prefetch([master.place for master in self._masters if master.place is not None])
 

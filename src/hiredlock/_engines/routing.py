@@ -217,6 +217,14 @@ class Table:
                 carried[first if link < 0 else link].append(index)  # type: ignore[union-attr]
         return tuple(None if one is None else tuple(one) for one in carried)
 
+    def failed(self, link: int) -> None:
+        """A link's connection failed (master_policy: moved): a cluster's node may have lost
+        its primary role in a failover, so the cluster's map is asked again (in the
+        background)."""
+        place = self.columns[link]
+        if place in self._firsts:
+            self._router.redirected(place, -1, ("", 0), False)
+
     def node_of(self, place: int, key: bytes) -> Optional[tuple[str, int]]:
         """The address of the link of `place` that carries `key` (a cluster's)."""
         link = self._owners[place][key_slot(key)]
