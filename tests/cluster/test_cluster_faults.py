@@ -163,3 +163,37 @@ def test_a_killed_primary_is_replaced_by_its_replica(engine, fresh_cluster, monk
         contenders.close()
     assert contenders.violations == before
     assert replica.admin().keys("*migrating*") == []
+
+
+def test_a_whole_cluster_down_is_one_place_down(engine, fresh_cluster, masters5, key):
+    """A cluster and two standalone masters (three places, quorum 2): with every node of the
+    cluster stopped (SIGSTOP), locks are still taken and released on the other two, the cluster
+    voting TIMEOUT; once it resumes, it votes again."""
+    rl = Redlock(
+        [fresh_cluster.url, *[server.url for server in masters5[:2]]],
+        backend=engine,
+        master_timeout=0.05,
+    )
+    try:
+        lock = rl.lock(key, 10)
+        assert lock.acquire(blocking=False)
+        lock.release()
+        for server in fresh_cluster.live():
+            server.stop()
+        try:
+            for i in range(5):
+                lock = rl.lock(f"{key}:{i}", 10)
+                assert lock.acquire(blocking=False), lock.last_votes
+                votes = [vote.outcome.name for vote in lock.stats.votes]
+                assert votes[0] in ("TIMEOUT", "SKIPPED", "CONN_ERROR"), votes
+                lock.release()
+        finally:
+            for server in fresh_cluster.live():
+                server.cont()
+        fresh_cluster.ready()
+        lock = rl.lock(key, 10)
+        assert lock.acquire(timeout=10)
+        assert lock.stats.votes[0].outcome.name in ("OK", "SKIPPED")
+        lock.release()
+    finally:
+        rl.close()
