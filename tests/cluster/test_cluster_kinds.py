@@ -9,7 +9,7 @@ import threading
 
 import pytest
 from apis import make_redlock_fixture, pytest_generate_tests  # noqa: F401  (both APIs)
-from clusters import cluster_fixture  # noqa: F401  (fixture)
+from clusters import Cluster, cluster_fixture  # noqa: F401  (fixture)
 from layout_support import exercise_every_kind
 from support import urls
 
@@ -128,3 +128,22 @@ def test_a_multilock_over_several_slots_is_refused_before_any_io(api, make_redlo
         rl.multilock(["orders", "invoices"], 10)
     rl.multilock(["{order:42}:stock", "{order:42}:invoice"], 10)  # one slot: made
     assert not canary.touched()
+
+
+@pytest.fixture(scope="module")
+def tls_cluster(redis_server_bin, tls_certs):
+    made = Cluster(
+        tls=tls_certs.server("good", auth_clients="no"),
+        extra_args=("--tls-cluster", "yes", "--tls-replication", "yes"),
+    )
+    yield made
+    made.cleanup()
+
+
+def test_every_kind_works_on_a_tls_cluster(api, make_redlock, tls_cluster):
+    """rediss+cluster://: the slot map asked over TLS names the nodes' TLS ports, and every
+    node's connection speaks TLS."""
+    rl = make_redlock([tls_cluster.tls_url])
+    for name in ("orders", "spread:3", "spread:7"):
+        exercise_every_kind(rl, name)
+    assert keys_left(tls_cluster) == []
