@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from hiredlock._core import scripts as _scripts
+from hiredlock._core.keys import NameKeys
 from hiredlock._core.requests import Cleanup, Pause, SetNx
 
 from .world import MS, World
@@ -163,8 +164,12 @@ class Ledger:
     # -- the end -------------------------------------------------------------------------------
 
     def left(self) -> list[tuple[int, bytes]]:
-        fence = _scripts.FENCE_KEY_PREFIX
-        marks = tuple(_scripts.rw_keys(b"")[2:])
+        # (the fence counter and the read-write marks of any name: their keys up to the name's
+        # tag, as NameKeys lays them out)
+        probe = NameKeys(b"", b"x")
+        tail = len(b"{x}")
+        fence = probe.fence[:-tail]
+        marks = tuple(key[:-tail] for key in probe.rw[2:])
         out = []
         for master in self.world.masters:
             for key in master.store.keys(master.clock_ms()):

@@ -162,7 +162,10 @@ def test_a_killed_primary_is_replaced_by_its_replica(engine, fresh_cluster, monk
     finally:
         contenders.close()
     assert contenders.violations == before
-    assert replica.admin().keys("*migrating*") == []
+    # A name released while its primary was dead stays on the promoted replica until its ttl
+    # (its release failed, and said so); no other key is left.
+    failed_releases = [error for error in contenders.errors if error.startswith("release:")]
+    assert len(replica.admin().keys("*migrating*")) <= len(failed_releases), contenders.errors
 
 
 def test_a_whole_cluster_down_is_one_place_down(engine, fresh_cluster, masters5, key):

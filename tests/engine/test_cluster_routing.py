@@ -131,6 +131,7 @@ class SlotRouter:
         self.version = 1
         self.owners = bytearray(pair.owner(slot) for slot in range(SLOTS))
         self.seen: list[tuple[int, str]] = []
+        self.failures: list[int] = []
         self.redirect_to: Optional[int] = None
 
     def assign(self, keys: Sequence[bytes]) -> tuple[Optional[tuple[int, ...]], ...]:
@@ -139,6 +140,10 @@ class SlotRouter:
             shares[self.owners[key_slot(key)]].append(index)
         standalone = (None,) * (len(self.links) - self.n_nodes)
         return tuple(tuple(share) for share in shares) + standalone
+
+    def failed(self, link: int) -> None:
+        """A link's connection failed (the engines' policy tells the router)."""
+        self.failures.append(link)
 
     def redirect(self, link: int, text: str) -> Optional[tuple[int, bool]]:
         self.seen.append((link, text))

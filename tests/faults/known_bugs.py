@@ -93,3 +93,22 @@ B6 = "library bug B6 (fixed): a fair attempt that won a minority dropped its tic
 # sigstop scenario xfails on the contended success rate only (faults/test_semaphore.py).
 B7 = "library bug B7 (open): semaphore contenders split a free permit across the live masters"
 B7_EXPLAINS = {"contended_rate"}
+
+
+# B8 (OPEN): a client closed while a stopped master still owes it many replies.  20 asyncio tasks
+# each acquire, extend, inspect (four read-only rounds) and release one name while master 0 of 5 is
+# SIGSTOPped; the client is then closed, and master 0 resumed.  Every command was written to
+# master 0's socket (nothing left unsent at close: 141 replies owed), yet on resuming it runs the
+# first commands and not the last: MONITOR shows the SETs, extends and inspects of all 20 names and
+# the releases of the first 17, never those of the last 3, whose keys stay until their ttl (on the
+# minority master only: the name is not blocked).  Deterministic (3 of 20 in each of 8 runs, both
+# engines).  Suspected cause: the server runs a pipeline a read at a time and frees the client
+# once a reply cannot be written, and the reply goes to a closed socket (ours, reset): what it had
+# not read by then is dropped.  It showed when the key layout made every command some bytes longer
+# (the name's hash tag in its internal keys, a release's channel as an argument); the old layout
+# sat just under the same limit.  Not fixed: a close that keeps such connections open and drains
+# their replies (bounded) would; the asyncio client must not start a thread for it.  Pinned by
+# tests/faults/test_stopped_master.py::test_resumed_master_keeps_no_key_of_concurrent_tasks (xfail).
+B8 = (
+    "library bug B8 (open): releases queued behind a stopped master are lost when the client closes"
+)

@@ -29,6 +29,7 @@ import pytest
 from aio_support import run_async  # noqa: F401  (the fixture)
 from support import EXTRA_SLACK, urls, values, vote_for
 
+from faults.known_bugs import B8
 from hiredlock import Outcome
 from hiredlock.aio import AsyncRedlock
 
@@ -181,6 +182,7 @@ def test_tasks_finish_while_a_master_is_stopped(
 TASK_REPEATS = 8
 
 
+@pytest.mark.xfail(reason=B8, strict=False)
 def test_resumed_master_keeps_no_key_of_concurrent_tasks(
     engine,
     masters5,
