@@ -1,9 +1,10 @@
 """What a Redis Cluster place costs against a standalone master, in one run on the same machine:
 the single acquire+release cycle (one name, its slot's primary) and the batch of 100 names
 (acquire_many + release_many: one pipeline per primary, all primaries at once), on both engines.
-The cluster is 3 primaries with 1 replica each, started here (tests/support/clusters.py, so real
-redis-servers on free ports, stopped by pid); the standalone master is one more redis-server. The
-two are measured in alternating blocks, so that the machine's noise falls on both alike.
+The cluster is 3 primaries with 1 replica each (--replicas), started here
+(tests/support/clusters.py, so real redis-servers on free ports, stopped by pid); the standalone
+master is one more redis-server. The two are measured in alternating blocks, so that the machine's
+noise falls on both alike.
 
 Not part of `make bench` nor of CI: run it by hand, e.g.
 
@@ -69,10 +70,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cycles", type=int, default=2000, help="cycles per measurement")
     parser.add_argument("--batches", type=int, default=200, help="batches per measurement")
+    parser.add_argument(
+        "--replicas", type=int, default=1, help="replicas per primary (0: the primaries alone)"
+    )
     args = parser.parse_args()
     cycles = max(1, args.cycles // BLOCKS)
     batches = max(1, args.batches // BLOCKS)
-    cluster = Cluster()
+    cluster = Cluster(replicas=args.replicas)
     standalone = RedisServer()
     try:
         owners = cluster.owners()
