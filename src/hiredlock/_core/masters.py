@@ -459,27 +459,9 @@ def _parse_url(url: str, where: str) -> MasterSpec:
 def _parse_sentinel_url(url: str, where: str, bad_url: Callable[[str], ValueError]) -> MasterSpec:
     """redis+sentinel://[user:password@]host:port[,host:port...]/service_name[/db][?query]: the
     credentials are the master's; sentinel_username and sentinel_password the sentinels'."""
-    scheme, _, rest = url.partition("://")
-    rest, _, query_text = rest.partition("?")
-    rest, _, _fragment = rest.partition("#")
-    netloc, _, path = rest.partition("/")
-    query = {key: values[-1] for key, values in parse_qs(query_text).items()}
-    allowed = {"db", "password", "username", "sentinel_username", "sentinel_password"}
-    options: dict[str, Any] = {}
-    if scheme == "rediss+sentinel":
-        allowed |= _URL_TLS_PARAMETERS
-        options["ssl"] = True
-    unknown = sorted(set(query) - allowed)
-    if unknown:
-        raise bad_url(f"unknown parameter(s) {', '.join(unknown)}")
-    options.update(query)
-    credentials, at, hosts = netloc.rpartition("@")
-    if at:
-        username, colon, password = credentials.partition(":")
-        if username:
-            options["username"] = unquote(username)
-        if colon and password:
-            options["password"] = unquote(password)
+    options, hosts, path = _hosts_url(
+        url, bad_url, {"sentinel_username", "sentinel_password"}, "rediss+sentinel"
+    )
     if not hosts:
         raise bad_url("no sentinel host")
     options["sentinels"] = [place for place in hosts.split(",") if place]
@@ -499,14 +481,35 @@ def _parse_sentinel_url(url: str, where: str, bad_url: Callable[[str], ValueErro
 def _parse_cluster_url(url: str, where: str, bad_url: Callable[[str], ValueError]) -> MasterSpec:
     """redis+cluster://[user:password@]host:port[,host:port...][/0][?query] (rediss+cluster:// with
     the ssl_* parameters of rediss://): the nodes are the seeds; a cluster has only db 0."""
+    options, hosts, path = _hosts_url(url, bad_url, set(), "rediss+cluster")
+    if not hosts:
+        raise bad_url("no cluster node")
+    options["cluster"] = [node for node in hosts.split(",") if node]
+    segments = [segment for segment in path.split("/") if segment]
+    if len(segments) > 1:
+        raise bad_url("expected nothing or /0 after the cluster's nodes")
+    if segments:
+        options["db"] = _url_db(segments[0], bad_url)
+    elif "db" in options:
+        options["db"] = _url_db(options["db"], bad_url)
+    return _parse_dict(options, where)
+
+
+def _hosts_url(
+    url: str, bad_url: Callable[[str], ValueError], parameters: set[str], tls_scheme: str
+) -> tuple[dict[str, Any], str, str]:
+    """What a URL naming several hosts (a Sentinel group's, a cluster's) says before its path:
+    its options (the query's db, username, password and `parameters`, the ssl_* ones too for
+    `tls_scheme`; the credentials), its comma-separated hosts, and its path. urlsplit() is not
+    used: it takes one host."""
     scheme, _, rest = url.partition("://")
     rest, _, query_text = rest.partition("?")
     rest, _, _fragment = rest.partition("#")
     netloc, _, path = rest.partition("/")
     query = {key: values[-1] for key, values in parse_qs(query_text).items()}
-    allowed = {"db", "password", "username"}
+    allowed = {"db", "password", "username"} | parameters
     options: dict[str, Any] = {}
-    if scheme == "rediss+cluster":
+    if scheme == tls_scheme:
         allowed |= _URL_TLS_PARAMETERS
         options["ssl"] = True
     unknown = sorted(set(query) - allowed)
@@ -520,17 +523,7 @@ def _parse_cluster_url(url: str, where: str, bad_url: Callable[[str], ValueError
             options["username"] = unquote(username)
         if colon and password:
             options["password"] = unquote(password)
-    if not hosts:
-        raise bad_url("no cluster node")
-    options["cluster"] = [node for node in hosts.split(",") if node]
-    segments = [segment for segment in path.split("/") if segment]
-    if len(segments) > 1:
-        raise bad_url("expected nothing or /0 after the cluster's nodes")
-    if segments:
-        options["db"] = _url_db(segments[0], bad_url)
-    elif "db" in options:
-        options["db"] = _url_db(options["db"], bad_url)
-    return _parse_dict(options, where)
+    return options, hosts, path
 
 
 def _split_url(url: str, bad_url: Callable[[str], ValueError]) -> tuple[Any, Optional[int]]:

@@ -25,12 +25,7 @@ def lock_name(name: Any) -> bytes:
     counter would be one key.
     """
     if isinstance(name, str):
-        try:
-            key = name.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ValueError(
-                f"name must be valid Unicode text (a lone surrogate at index {exc.start})"
-            ) from None
+        key = _utf8(name, "name")
     elif isinstance(name, bytes):
         key = bytes(name)
     else:
@@ -41,6 +36,16 @@ def lock_name(name: Any) -> bytes:
         raise ValueError("name must not be empty")
     _not_reserved(key, "name")
     return key
+
+
+def _utf8(text: str, what: str) -> bytes:
+    """`text` as UTF-8; ValueError naming `what` when it cannot be (a lone surrogate)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{what} must be valid Unicode text (a lone surrogate at index {exc.start})"
+        ) from None
 
 
 def _not_reserved(key: bytes, what: str) -> None:
@@ -62,12 +67,7 @@ def namespace(value: Any) -> bytes:
     if value is None:
         return b""
     if isinstance(value, str):
-        try:
-            raw = value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ValueError(
-                f"namespace must be valid Unicode text (a lone surrogate at index {exc.start})"
-            ) from None
+        raw = _utf8(value, "namespace")
     elif isinstance(value, bytes):
         raw = bytes(value)
     else:
