@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from .._core.masters import MasterSpec
-from .._core.slots import key_slot
+from .._core.slots import SLOTS, key_slot
 
 # A key sent elsewhere this many times in one round votes ERROR with the last reply's text.
 MAX_REDIRECTS = 3
@@ -110,8 +110,9 @@ class Router:
         maps = {place: self._slot_maps.get(place) for place in firsts}
         return Table(self, version, tuple(links), tuple(columns), firsts, maps)
 
-    def redirected(self, place: int, slot: int, address: tuple[str, int], moved: bool) -> None:
-        """A node said the slot is elsewhere: the map is asked again in the background."""
+    def refresh(self, place: int) -> None:
+        """The cluster at `place` changed (a slot moved, a node failed): its map is asked again
+        in the background."""
         self._maps.refresh(self.places[place])
 
 
@@ -121,7 +122,7 @@ class _SeedOnly:
 
     def __init__(self, seed: tuple[str, int]) -> None:
         self.nodes = (seed,)
-        self.owners = bytes(16384)
+        self.owners = bytes(SLOTS)
 
 
 class RoutedEngines:
@@ -159,6 +160,7 @@ class Table:
         "_addresses",
         "_firsts",
         "_owners",
+        "_routed",
         "_router",
         "columns",
         "links",
@@ -183,6 +185,7 @@ class Table:
         self.columns = columns
         self.n_places = router.n_places
         self._firsts = firsts
+        self._routed = tuple(column in firsts for column in columns)  # a cluster's link
         # place -> slot -> link index (or -1), and (place, address) -> link index
         self._owners: dict[int, list[int]] = {}
         self._addresses: dict[tuple[int, tuple[str, int]], int] = {}
@@ -190,7 +193,7 @@ class Table:
             if slot_map is not None:
                 self.update(place, slot_map)
             else:  # (_SeedOnly: every slot to the place's one link)
-                self._owners[place] = [firsts[place]] * 16384
+                self._owners[place] = [firsts[place]] * SLOTS
 
     def update(self, place: int, slot_map: Any) -> None:
         """Takes a place's new slot map, whose nodes are this table's links of that place."""
@@ -206,9 +209,7 @@ class Table:
         router = self._router
         if time.monotonic() >= router.next_follow:
             router.follow()
-        carried: list[Optional[list[int]]] = [
-            None if self._router.places[column].cluster is None else [] for column in self.columns
-        ]
+        carried: list[Optional[list[int]]] = [[] if routed else None for routed in self._routed]
         slots = [key_slot(key) for key in keys]
         for place, owners in self._owners.items():
             first = self._firsts[place]
@@ -223,7 +224,7 @@ class Table:
         background)."""
         place = self.columns[link]
         if place in self._firsts:
-            self._router.redirected(place, -1, ("", 0), False)
+            self._router.refresh(place)
 
     def node_of(self, place: int, key: bytes) -> Optional[tuple[str, int]]:
         """The address of the link of `place` that carries `key` (a cluster's)."""
@@ -247,8 +248,8 @@ class Table:
         moved = parts[0] == "MOVED"
         target = self._addresses.get((place, address))
         slot = int(parts[1])
-        if moved and target is not None and slot < len(self._owners[place]):
+        if moved and target is not None and slot < SLOTS:
             self._owners[place][slot] = target
         if moved or target is None:
-            self._router.redirected(place, slot, address, moved)
+            self._router.refresh(place)
         return None if target is None else (target, not moved)
