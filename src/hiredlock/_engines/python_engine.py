@@ -65,11 +65,12 @@ class PythonEngine:
         # router: a routing table (_engines/routing.py's Table) when a master is a Redis
         # Cluster: the engine's connections are then its links, and votes count its places
         self.router = router
-        if router is not None:
-            masters = router.links
-        self._masters = [Master(index, spec) for index, spec in enumerate(masters)]
-        self._places = len(self._masters) if router is None else router.n_places
-        if router is not None:
+        if router is None:
+            self._masters = [Master(index, spec) for index, spec in enumerate(masters)]
+            self._places = len(self._masters)
+        else:
+            self._masters = [Master(index, spec) for index, spec in enumerate(router.links)]
+            self._places = router.n_places
             for master, column in zip(self._masters, router.columns):
                 master.column = column
         self._quorum = quorum if quorum is not None else _quorum_of(self._places)
