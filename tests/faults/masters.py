@@ -77,7 +77,16 @@ class RawConn:
 
 
 class FaultyMasters:
-    def __init__(self, n: int = 5, *, aof: bool = False, extra_args: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        n: int = 5,
+        *,
+        aof: bool = False,
+        extra_args: tuple[str, ...] = (),
+        servers: list[RedisServer] | None = None,
+    ):
+        """n new servers, or the `servers` given (started elsewhere: their cleanup is this
+        object's from now on)."""
         self.aof = aof
         self.extra_args = tuple(extra_args) + (AOF_ARGS if aof else ())
         self.servers: list[RedisServer] = []
@@ -90,9 +99,12 @@ class FaultyMasters:
         self._mutex = threading.Lock()
         # Servers are (re)started only from these long-lived threads: PR_SET_PDEATHSIG (see
         # servers.py) kills a child when the *thread* that spawned it exits.
+        n = n if servers is None else len(servers)
         self._spawners = concurrent.futures.ThreadPoolExecutor(n, thread_name_prefix="spawner")
         try:
-            for _ in range(n):
+            if servers is not None:
+                self.servers = list(servers)
+            for _ in range(n - len(self.servers)):
                 self.servers.append(RedisServer(extra_args=self.extra_args))
             self.proxy = FaultProxy([("127.0.0.1", s.port) for s in self.servers])
         except BaseException:

@@ -139,6 +139,9 @@ class Scenario:
     gap_ms: float = FAIR_GAP_MS  # kind "fair": the contended calls' spacing (RequestGate)
     scan_leaks: bool = True  # False: the caller scans (several scenarios on the same masters)
     n_masters: int | None = None  # the clients' masters: the lab's first n (None: all of them)
+    # check_degraded: the places (in the votes' order) that the faulted servers make up; when
+    # None, the faulted servers' own indices (a server per place)
+    faulted_places: list | None = None
 
     def __post_init__(self):
         if self.limit is None:
@@ -639,6 +642,7 @@ class Scenario:
         from hiredlock import Outcome
 
         degraded = self.degraded()
+        faulted = set(self.faulted if self.faulted_places is None else self.faulted_places)
         self.expect(bool(degraded), "no degraded event while a minority was faulted")
         for event in degraded:
             bad = {
@@ -648,7 +652,7 @@ class Scenario:
                 and (vote.outcome is not Outcome.SKIPPED or event.operation != "acquire")
             }
             self.expect(
-                bool(bad) and bad <= set(self.faulted),
+                bool(bad) and bad <= faulted,
                 f"a degraded event names masters that were not faulted: {event}",
             )
 

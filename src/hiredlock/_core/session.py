@@ -70,6 +70,11 @@ class Session:
             if master_timeout is None
             else _validation.positive_duration_ms(master_timeout, "master_timeout")
         )
+        # (a cluster's first slot map: waited for no longer than a round waits on a master)
+        limit_first_map_wait = getattr(engine_class, "limit_first_map_wait", None)
+        if limit_first_map_wait is not None:
+            longest_ms = self.fixed_timeout_ms or _scripts.MASTER_TIMEOUT_MAX_MS
+            limit_first_map_wait(longest_ms / 1000.0)
         # What tells the client's observers (see _core/events.py); None when nobody listens, so
         # that the steps build no Event then.
         self.tell: Optional[Teller] = Teller(observers) if observers else None

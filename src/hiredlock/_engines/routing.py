@@ -35,7 +35,9 @@ from .._core.slots import SLOTS, key_slot
 MAX_REDIRECTS = 3
 
 # How long the first engine of a client may wait for a cluster's first slot map (the later ones
-# come in the background); without one, its seed is the cluster's only link until they do.
+# come in the background); without one, its seed is the cluster's only link until they do. The
+# client lowers it to its per-master timeout (RoutedEngines.limit_first_map_wait): a cluster place
+# that does not answer costs the first acquire no more than a standalone master that does not.
 FIRST_MAP_WAIT_S = 0.5
 
 # How often the rounds look for slot maps the background lookups found (a cache read).
@@ -47,7 +49,13 @@ _NO_NODE = 255  # (SlotMap.owners: no primary serves the slot)
 class Router:
     """The places of one client and the tables of links made from them (one per version)."""
 
-    def __init__(self, places: Sequence[MasterSpec], maps: Any = None) -> None:
+    def __init__(
+        self,
+        places: Sequence[MasterSpec],
+        maps: Any = None,
+        first_map_wait_s: float = FIRST_MAP_WAIT_S,
+    ) -> None:
+        self.first_map_wait_s = first_map_wait_s
         if maps is None:
             from . import cluster as _cluster
 
@@ -97,7 +105,7 @@ class Router:
                 continue
             slot_map = self._slot_maps.get(place)
             if slot_map is None:
-                found = self._maps.current(spec, FIRST_MAP_WAIT_S if version == 0 else 0.0)
+                found = self._maps.current(spec, self.first_map_wait_s if version == 0 else 0.0)
                 if isinstance(found, str):  # no map yet: the first seed serves, and redirects
                     found = _SeedOnly(spec.cluster.seeds[0])
                 else:
@@ -136,6 +144,12 @@ class RoutedEngines:
         self._places = tuple(places)
         self._router: Optional[Router] = None
         self._mutex = threading.Lock()
+        self._first_map_wait_s = FIRST_MAP_WAIT_S
+
+    def limit_first_map_wait(self, seconds: float) -> None:
+        """The first engine waits for a cluster's first map at most `seconds` (the client's
+        per-master timeout), if that is less than FIRST_MAP_WAIT_S."""
+        self._first_map_wait_s = min(FIRST_MAP_WAIT_S, seconds)
 
     def __call__(self, masters: Sequence[MasterSpec], quorum: Optional[int] = None) -> Any:
         return self.engine_class(masters, quorum, router=self.router().current())
@@ -145,7 +159,7 @@ class RoutedEngines:
         subscriber: its lookups are I/O)."""
         with self._mutex:
             if self._router is None:
-                self._router = Router(self._places)
+                self._router = Router(self._places, first_map_wait_s=self._first_map_wait_s)
             return self._router
 
     @staticmethod
