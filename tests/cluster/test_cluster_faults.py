@@ -1,7 +1,8 @@
 """A Redis Cluster that changes under contended locks: a slot migrated step by step (ASK while it
 moves, MOVED after) and a primary killed and replaced by its replica. Threads of several clients
 contend on names of one slot; an occupancy oracle in the test process counts two holders of one
-name at once (a violation). On the sync API (its threads), both engines."""
+name at once (a violation). Both engines, both APIs (support/apis.py: on the async API, each
+thread's calls run as tasks of one event loop)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import socket
 import threading
 import time
 
+from apis import make_redlock_fixture, pytest_generate_tests  # noqa: F401  (both APIs)
 from clusters import SlotMigration, fresh_cluster_fixture  # noqa: F401  (fixture)
 from support import wait_until
 
-from hiredlock import HiredlockError, Redlock
+from hiredlock import HiredlockError
 from hiredlock._core.slots import key_slot
 from hiredlock._engines import cluster as _cluster
 
@@ -22,10 +24,10 @@ PROGRESS_S = 60  # (how long a phase may take to show progress on a loaded machi
 
 
 class Contenders:
-    """`threads` threads, each with a client of its own, taking one of `names` at a time (timeout
-    2 s, ttl 10 s) and releasing it; `inside` is the oracle."""
+    """`threads` threads, each with a client of its own (made by `make_redlock`), taking one of
+    `names` at a time (timeout 2 s, ttl 10 s) and releasing it; `inside` is the oracle."""
 
-    def __init__(self, engine: str, url: str, names: list[str], threads: int = 4) -> None:
+    def __init__(self, make_redlock, url: str, names: list[str], threads: int = 4) -> None:
         self.names = names
         self.inside = dict.fromkeys(names, 0)
         self.mutex = threading.Lock()
@@ -33,7 +35,7 @@ class Contenders:
         self.acquired = 0
         self.errors: list[str] = []
         self.stop = threading.Event()
-        self.clients = [Redlock([url], backend=engine, retry_delay=0.02) for _ in range(threads)]
+        self.clients = [make_redlock([url], retry_delay=0.02) for _ in range(threads)]
         self.threads = [
             threading.Thread(target=self._run, args=(client,), daemon=True)
             for client in self.clients
@@ -41,7 +43,7 @@ class Contenders:
         for thread in self.threads:
             thread.start()
 
-    def _run(self, client: Redlock) -> None:
+    def _run(self, client) -> None:
         rng = random.Random()
         while not self.stop.is_set():
             name = rng.choice(self.names)
@@ -110,13 +112,13 @@ def names_in_one_slot(count: int) -> list[str]:
     return [f"{{migrating}}:{i}" for i in range(count)]
 
 
-def test_a_slot_migrated_under_contention_keeps_one_holder(engine, fresh_cluster):
+def test_a_slot_migrated_under_contention_keeps_one_holder(make_redlock, fresh_cluster):
     names = names_in_one_slot(6)
     slot = key_slot(names[0].encode())
     source = fresh_cluster.server_on(fresh_cluster.owners()[slot])
     target = next(s for s in fresh_cluster.primaries() if s is not source)
     migration = SlotMigration(fresh_cluster, slot, source, target)
-    contenders = Contenders(engine, fresh_cluster.url, names)
+    contenders = Contenders(make_redlock, fresh_cluster.url, names)
     try:
         contenders.progress(20, "acquisitions before the migration")
         watched_target = Monitor(target)
@@ -139,7 +141,7 @@ def test_a_slot_migrated_under_contention_keeps_one_holder(engine, fresh_cluster
     assert [k for k in target.admin().keys("*migrating*")] == []  # (all released)
 
 
-def test_a_killed_primary_is_replaced_by_its_replica(engine, fresh_cluster, monkeypatch):
+def test_a_killed_primary_is_replaced_by_its_replica(make_redlock, fresh_cluster, monkeypatch):
     """Locks go on after a primary's death once its replica is promoted: the slot map is asked
     again after the failures (the map's periodic refresh is put off here, so that only that can
     find the new primary). A lock held on the dead primary when it died may be lost with it
@@ -150,7 +152,7 @@ def test_a_killed_primary_is_replaced_by_its_replica(engine, fresh_cluster, monk
     slot = key_slot(names[0].encode())
     primary = fresh_cluster.server_on(fresh_cluster.owners()[slot])
     replica = fresh_cluster.replica_of(primary)
-    contenders = Contenders(engine, fresh_cluster.url, names)
+    contenders = Contenders(make_redlock, fresh_cluster.url, names)
     try:
         contenders.progress(20, "acquisitions before the failover")
         fresh_cluster.kill_primary(primary)
@@ -168,14 +170,12 @@ def test_a_killed_primary_is_replaced_by_its_replica(engine, fresh_cluster, monk
     assert len(replica.admin().keys("*migrating*")) <= len(failed_releases), contenders.errors
 
 
-def test_a_whole_cluster_down_is_one_place_down(engine, fresh_cluster, masters5, key):
+def test_a_whole_cluster_down_is_one_place_down(make_redlock, fresh_cluster, masters5, key):
     """A cluster and two standalone masters (three places, quorum 2): with every node of the
     cluster stopped (SIGSTOP), locks are still taken and released on the other two, the cluster
     voting TIMEOUT; once it resumes, it votes again."""
-    rl = Redlock(
-        [fresh_cluster.url, *[server.url for server in masters5[:2]]],
-        backend=engine,
-        master_timeout=0.05,
+    rl = make_redlock(
+        [fresh_cluster.url, *[server.url for server in masters5[:2]]], master_timeout=0.05
     )
     try:
         lock = rl.lock(key, 10)

@@ -147,3 +147,36 @@ def test_every_kind_works_on_a_tls_cluster(api, make_redlock, tls_cluster):
     for name in ("orders", "spread:3", "spread:7"):
         exercise_every_kind(rl, name)
     assert keys_left(tls_cluster) == []
+
+
+@pytest.fixture(scope="module")
+def second_cluster(redis_server_bin):
+    """Another cluster, to be a second place beside the session's (three primaries, no replica:
+    its place's votes are what the test looks at)."""
+    made = Cluster(replicas=0)
+    yield made
+    made.cleanup()
+
+
+def test_two_clusters_are_two_places(api, make_redlock, cluster, second_cluster, masters5, key):
+    """Two clusters and a standalone master: three places, quorum 2, each cluster routing the
+    name to its own node. Every kind works over them; with the name held for someone else on the
+    first cluster and on the standalone master, the second cluster's vote alone cannot take it,
+    and the failed attempt leaves nothing on it."""
+    rl = make_redlock([cluster.url, second_cluster.url, masters5[0].url])
+    for name in ("orders", "spread:3", "spread:7"):
+        exercise_every_kind(rl, name)
+    assert keys_left(cluster) == [] and keys_left(second_cluster) == []
+    lock = rl.lock(key, 10)
+    assert lock.acquire(blocking=False)
+    assert len(lock.stats.votes) == 3
+    assert primary_of(second_cluster, key).admin().get(key) is not None
+    lock.release()
+    primary_of(cluster, key).admin().set(key, b"someone-else", px=10_000)
+    masters5[0].admin().set(key, b"someone-else", px=10_000)
+    other = rl.lock(key, 10)
+    assert not other.acquire(blocking=False)
+    votes = [vote.outcome.name for vote in other.last_votes]
+    assert votes[0] == votes[2] == "TAKEN" and votes[1] in ("OK", "SKIPPED"), votes
+    assert primary_of(second_cluster, key).admin().get(key) is None
+    primary_of(cluster, key).admin().delete(key)  # (the session's cluster: left clean)
