@@ -280,8 +280,8 @@ def cluster_table(r: Results) -> list[str]:
     lines = [
         "## A Redis Cluster place beside a standalone master",
         "",
-        "A cluster of 3 primaries with 1 replica each (six redis-servers of its own, on the CPUs of "
-        "the placement) as the only master, against one standalone redis-server, in the same "
+        "A cluster of 3 primaries with 1 replica each (six redis-servers of its own, on the CPUs "
+        "of the placement) as the only master, against one standalone redis-server, in the same "
         "run: the single cycle (one name at a time, 64 names spread over the primaries) and the "
         f"batch of 100 names (`acquire_many` + `release_many`; per name), on both engines. The "
         f"batch's names fall {spread or '?'} on the primaries: one pipeline per primary, all "

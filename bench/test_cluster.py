@@ -105,7 +105,7 @@ def test_cluster_batch(
             benchmark,
             run,
             BATCH,
-            {"kind": f"batch-{place}", "lib": engine, "n": 1, "batch": BATCH, "placement": placement},
+            {"kind": f"batch-{place}", "lib": engine, "n": 1, "placement": placement},
         )
     finally:
         redlock.close()
