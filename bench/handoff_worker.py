@@ -26,6 +26,9 @@ on. Every client is closed before the summary is printed.
 
     python handoff_worker.py '{"row": "native", "ports": [...], "name": "...", "seconds": 8,
         "warmup_s": 0.5, "waiters": 8, "hold_ms": 1, "think_ms": 2, "ttl_s": 10, "seed": 1}'
+
+Optional: "start_at" (time.time() at which the waiters start: several processes together) and
+"events_out" (a file for the acquisitions and the window, which bench/test_herd.py merges).
 """
 
 from __future__ import annotations
@@ -187,6 +190,7 @@ def run_sync(cfg: dict, run: Run) -> None:
         ]
         for t in threads:
             t.start()
+        wait_for_start(cfg)
         run.start_ns = time.monotonic_ns()
         run.end_ns = run.start_ns + int((cfg["warmup_s"] + cfg["seconds"]) * 1e9)
         barrier.wait()
@@ -235,6 +239,7 @@ async def run_async(cfg: dict, run: Run) -> None:
         tasks = [asyncio.ensure_future(waiter(i)) for i in range(cfg["waiters"])]
         try:
             await asyncio.sleep(0.05)  # every task parked on `go`
+            await asyncio.sleep(max(0.0, cfg.get("start_at", 0) - time.time()))
             run.start_ns = time.monotonic_ns()
             run.end_ns = run.start_ns + int((cfg["warmup_s"] + cfg["seconds"]) * 1e9)
             go.set()
@@ -244,6 +249,11 @@ async def run_async(cfg: dict, run: Run) -> None:
                 t.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def wait_for_start(cfg: dict) -> None:
+    """Until cfg["start_at"] (time.time()), when several worker processes start together."""
+    time.sleep(max(0.0, cfg.get("start_at", 0) - time.time()))
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -310,6 +320,9 @@ def main() -> None:
     out["per_s"] = out["acquisitions"] / cfg["seconds"]
     out["errors"] = dict(run.errors)
     out["cpu_s"] = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    if cfg.get("events_out"):  # (several processes' acquisitions, merged by the caller)
+        with open(cfg["events_out"], "w") as f:
+            json.dump({"events": run.events, "window": [window_start, run.end_ns]}, f)
     print(json.dumps(out))
 
 

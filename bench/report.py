@@ -600,6 +600,38 @@ def contended_table(r: Results) -> list[str]:
     return lines
 
 
+def herd_table(r: Results) -> list[str]:
+    rows = [row for row in r.extra if row["kind"] == "herd"]
+    if not rows:
+        return []
+    first = rows[0]
+    lines = [
+        "## Heavy contention: many waiters of two processes on one name",
+        "",
+        f"{first['processes']} processes on ONE lock name, N={first['n']}, each with many waiters "
+        "(tasks of one event loop for hiredlock.aio, threads for the sync API), every waiter with "
+        "a lock object of its own, looping blocking acquire and release with nothing between; "
+        f"{first['seconds']:.1f} s counted ({first['placement']}; bench/test_herd.py). The two "
+        "processes' acquisitions are merged on the machine's monotonic clock for the handoff "
+        "latency. Served: the waiters that acquired at least once.",
+        "",
+        "| row | waiters per process | acquisitions/s | process shares | served "
+        "| handoff p50 ms | p99 ms | exceptions |",
+        "|---|---:|---:|---|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        errors = ", ".join(f"{n} {what}" for what, n in sorted(row["errors"].items())) or "none"
+        shares = " / ".join(f"{share * 100:.0f}%" for share in row["process_shares"])
+        lines.append(
+            f"| {HANDOFF_LABELS.get(row['lib'], row['lib'])} | {row['waiters']} "
+            f"| {row['per_s']:,.0f} | {shares} "
+            f"| {row['served']} of {row['waiters'] * row['processes']} "
+            f"| {fmt_ms(row['p50_ms'])} | {fmt_ms(row['p99_ms'])} | {errors} |"
+        )
+    lines.append("")
+    return lines
+
+
 HANDOFF_LABELS = {
     "native": "hiredlock native, wake",
     "native-nowake": "hiredlock native, `wake=False`",
@@ -941,6 +973,7 @@ def main(results_dir: str | None = None) -> str:
     lines += async_table(r)
     lines += contended_table(r)
     lines += handoff_table(r)
+    lines += herd_table(r)
     lines += failures_note(r)
     lines += soak_section(r)
     path = os.path.join(results_dir, "REPORT.md")
