@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, Optional
 
+from ._core import clock as _clock
 from ._core import fork as _fork
 from ._core.compat import Self
 from ._core.errors import HiredlockError, LockLost, LockNotAcquired, NotHeld, Vote
@@ -89,16 +90,30 @@ class Lock(WithStatement, LockBase):
         """
         deadline_ns = acquire_deadline(blocking, timeout, self._blocking_timeout)
         before = self._acquisition
+        turn = None
         try:
-            if self._try_gate() is False and not (blocking and self._gate.enter(deadline_ns)):
+            entered = self._try_gate()
+            if entered is False and not (blocking and self._gate.enter(deadline_ns)):
                 return False  # another thread of this process held the lock object throughout
+            turn = self._turn_gate(blocking, entered)
+            if turn is not None and not turn.try_enter():
+                waited_from = _clock.monotonic_ns()
+                if not turn.enter(deadline_ns):  # other waiters' turns until the deadline
+                    self._end_turn(turn)
+                    self._turn_missed(waited_from)
+                    return False
             acquired: bool = self._rounds.run(self._acquire_steps(blocking, deadline_ns), self._pin)
+            if turn is not None:
+                # (in here: an interrupt as the turn ends gives the lock back, below)
+                self._end_turn(turn)
         except BaseException:
             # An interrupt that came once the steps were over (the signal handler runs when the
             # driver, a call into C, returns here): the lock they took is given back.
             token = self._token
             if token is not None and self._acquisition != before and self._unlocked_token != token:
                 self._rounds.run(self._unlock_steps(token), self._pin)
+            if turn is not None:
+                self._end_turn(turn)
             self._leave_gate_unless_held()
             raise
         if not acquired:

@@ -38,6 +38,7 @@ class FairBase(LockBase):
     """A fair lock's queue and rounds (FairLock and hiredlock.aio.AsyncFairLock add the API)."""
 
     __slots__ = ("_held_ticket", "_order", "_queue", "_ticket", "_window")
+    _takes_turns = False  # (see LockBase)
     _kind = "FairLock"
     _event_kind = "FairLock"
 

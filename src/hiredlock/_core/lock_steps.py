@@ -44,6 +44,29 @@ class LockBase(LockState):
     """
 
     __slots__ = ()
+    # Whether its blocking acquires take turns with the client's others on the same name
+    # (_core/turns.py): the kinds whose holders exclude each other and do not queue on the masters.
+    _takes_turns = True
+
+    def _turn_gate(self, blocking: Any, object_gate: Optional[bool]) -> Any:
+        """The gate of this name's turns for an acquire that takes them (blocking, on a kind
+        that takes turns, `object_gate` not None: the caller did not hold this object already),
+        else None."""
+        if not blocking or object_gate is None or not self._takes_turns:
+            return None
+        return self._session.turns.gate(self._key, self._new_gate)
+
+    def _turn_missed(self, waited_from_ns: int) -> None:
+        """The deadline came before the turn: the call ends without an attempt (told as any
+        acquire that stayed taken)."""
+        self._not_taken("not_acquired", waited_from_ns, 0, 0)
+        self._leave_gate_unless_held()
+
+    def _end_turn(self, turn: Any) -> None:
+        """The acquire's call ended: its turn (if it got it) goes to the next waiter."""
+        if turn.mine():
+            turn.leave()
+        self._session.turns.done(self._key, turn)
 
     def _acquire_steps(self, blocking: Any, deadline_ns: Optional[int]) -> Steps:
         """Attempts until acquired (True), given up (False) or refused (an exception), until

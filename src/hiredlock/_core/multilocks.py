@@ -68,6 +68,7 @@ class MultiLockBase(LockBase):
     I/O happens here."""
 
     __slots__ = ("_channels", "_keys", "_names")
+    _takes_turns = False  # (see LockBase)
 
     _kind = "MultiLock"
     _event_kind = "MultiLock"

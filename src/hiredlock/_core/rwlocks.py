@@ -41,6 +41,7 @@ class _SideBase(LockBase):
     """What both sides share: the name's keys, the waiting window, the scripts' arguments."""
 
     __slots__ = ("_args", "_keys")
+    _takes_turns = False  # (see LockBase)
     _acquire_script: _scripts.Script
     _release_script: _scripts.Script
     _undo_script: _scripts.Script

@@ -50,6 +50,7 @@ class PermitBase(LockBase):
     _core/keys.py) (Permit and hiredlock.aio.AsyncPermit add the API)."""
 
     __slots__ = ("_index", "_size")
+    _takes_turns = False  # (see LockBase)
     _event_kind = "Semaphore"
 
     def __init__(

@@ -22,6 +22,7 @@ from .errors import HiredlockError, Vote
 from .events import Observer, Teller
 from .masters import MasterLike, MasterSpec
 from .scripts import Outcome
+from .turns import Turns
 from .validation import Duration
 
 Timing = tuple[int, float, float]  # ttl in ms, per-master timeout in ms, drift in ms
@@ -95,6 +96,7 @@ class Session:
         self.renewals: Any = None
         self.wake = True
         self.held: dict[int, weakref.ref[Any]] = {}
+        self.turns = Turns()  # the blocking acquires' turns at the masters, by name
         # The one record of the client's closing, which the rounds, the engine pool and the
         # notices read (they keep no flag of their own):
         self.closed = False  # set first by close(): no acquire may win from then on
@@ -245,6 +247,7 @@ class Session:
         self.closing = closing
         self.acquiring = 0  # (the parent's threads that were acquiring do not exist here)
         self.held = {}
+        self.turns = Turns()  # (the parent's waiters do not exist here)
         self.generation = _fork.generation
         return True
 

@@ -41,6 +41,11 @@ class ThreadGate:
     def held(self) -> bool:
         return 0 in self._holder
 
+    @property
+    def waiting(self) -> bool:
+        """Whether some thread waits for the gate."""
+        return bool(self._waiters)
+
     def mine(self) -> bool:
         """Whether the calling thread holds the gate."""
         return self._holder.get(0) == _get_ident()

@@ -24,6 +24,11 @@ class TaskGate:
     def held(self) -> bool:
         return self._held
 
+    @property
+    def waiting(self) -> bool:
+        """Whether some task waits for the gate."""
+        return any(not waiter.done() for waiter in self._waiters)
+
     def try_enter(self) -> bool:
         if self._held:
             return False

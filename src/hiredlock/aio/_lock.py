@@ -9,6 +9,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
+from .._core import clock as _clock
 from .._core.compat import Self, Unpack
 from .._core.errors import HiredlockError, LockNotAcquired, Vote
 from .._core.lock_steps import LockBase, acquire_deadline
@@ -82,13 +83,23 @@ class AsyncLock(AsyncWithStatement, LockBase):
         another task's acquire() waits for its release (in the order they came, within the same
         deadline), or returns False at once with blocking=False."""
         deadline_ns = acquire_deadline(blocking, timeout, self._blocking_timeout)
-        if self._try_gate() is False and not (blocking and await self._gate.enter(deadline_ns)):
+        entered = self._try_gate()
+        if entered is False and not (blocking and await self._gate.enter(deadline_ns)):
             return False  # another task held the lock object throughout
+        turn = self._turn_gate(blocking, entered)
         try:
+            if turn is not None and not turn.try_enter():
+                waited_from = _clock.monotonic_ns()
+                if not await turn.enter(deadline_ns):  # other waiters' turns until the deadline
+                    self._turn_missed(waited_from)
+                    return False
             acquired: bool = await self._rounds.run(self._acquire_steps(blocking, deadline_ns))
         except BaseException:
             self._leave_gate_unless_held()
             raise
+        finally:
+            if turn is not None:
+                self._end_turn(turn)
         if not acquired:
             self._leave_gate_unless_held()
         return acquired
