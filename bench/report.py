@@ -57,6 +57,8 @@ class Results:
             bench = load(os.path.join(results_dir, f"bench-{placement}.json"))
             for b in (bench or {}).get("benchmarks", []):
                 ei = b["extra_info"]
+                if "cycles_per_round" not in ei:  # (not a lock cycle: the simulation's speed)
+                    continue
                 stats = b["stats"]
                 cycles = ei["cycles_per_round"]
                 row = {
