@@ -329,6 +329,19 @@ cdef class NativeEngine:
         self._close_all()
         self.closed = True
 
+    def owed_fds(self):
+        """(contract: Engine.owed_fds) The descriptors of the connections owing replies."""
+        cdef int i
+        cdef Master *m
+        fds = []
+        if self.generation != fork_generation:
+            return fds
+        for i in range(self.n):
+            m = &self.masters[i]
+            if m.ctx != NULL and m.stale > 0:
+                fds.append(<long long>hl_context_fd(m.ctx))
+        return fds
+
     cpdef bint owes_replies(self):
         """(contract: Engine.owes_replies) Replies owed, or bytes unwritten, by a round that
         ended."""

@@ -27,9 +27,8 @@ import time
 
 import pytest
 from aio_support import run_async  # noqa: F401  (the fixture)
-from support import EXTRA_SLACK, urls, values, vote_for
+from support import EXTRA_SLACK, urls, values, vote_for, wait_until
 
-from faults.known_bugs import B8
 from hiredlock import Outcome
 from hiredlock.aio import AsyncRedlock
 
@@ -80,6 +79,11 @@ def test_resumed_master_keeps_no_key_of_concurrent_threads(engine, make_redlock,
         left = [name for name in names if any(v is not None for v in values(masters5, name))]
         leftovers.append(len(left))
     assert not any(leftovers), f"names left on the resumed master in each run: {leftovers}"
+    wait_until(
+        lambda: not [t for t in threading.enumerate() if t.name == "hiredlock-drain"],
+        10,
+        "the thread reading the closed connections to their end has ended",
+    )
 
 
 # -- the tasks of one AsyncRedlock -----------------------------------------------------------------
@@ -182,7 +186,6 @@ def test_tasks_finish_while_a_master_is_stopped(
 TASK_REPEATS = 8
 
 
-@pytest.mark.xfail(reason=B8, strict=False)
 def test_resumed_master_keeps_no_key_of_concurrent_tasks(
     engine,
     masters5,
@@ -190,8 +193,10 @@ def test_resumed_master_keeps_no_key_of_concurrent_tasks(
     run_async,  # noqa: F811
 ):
     """The same cycles (acquire, extend, inspect, release) by TASKS tasks at once while master 0
-    is stopped; resumed, it runs what it had buffered: every release must undo its SET there too,
-    so no name is left on any master (their ttl is 10 s: a leftover is not hidden by expiry)."""
+    is stopped, and the client closed; resumed, it runs what it had buffered: every release must
+    undo its SET there too, so no name is left on any master (their ttl is 10 s: a leftover is not
+    hidden by expiry). The client's connection to it owes many replies when it closes (B8 in
+    faults/known_bugs.py): it is half-closed and read to its end, then let go."""
     stopped = masters5[0]
 
     async def cycle(rl: AsyncRedlock, name: str) -> None:
@@ -219,3 +224,8 @@ def test_resumed_master_keeps_no_key_of_concurrent_tasks(
         left = [name for name in names if any(v is not None for v in values(masters5, name))]
         leftovers.append(len(left))
     assert not any(leftovers), f"names left on the resumed master in each run: {leftovers}"
+    wait_until(
+        lambda: not [t for t in threading.enumerate() if t.name == "hiredlock-drain"],
+        10,
+        "the thread reading the closed connections to their end has ended",
+    )

@@ -193,4 +193,9 @@ class Engine(Protocol):
         are served in no promised order (a release could overtake its SET)."""
         ...
 
+    def owed_fds(self) -> list[int]:
+        """The descriptors of the connections whose master still owes replies (none in a
+        forked child): the owner hands them to _engines/drain.py before close()."""
+        ...
+
     def close(self) -> None: ...

@@ -34,6 +34,7 @@ from .._core import fork as _fork
 from .._core.scripts import CONNECT_TIMEOUT_MIN_MS
 from .._core.session import closed_error
 from .contract import Engine
+from .drain import close_draining
 
 if TYPE_CHECKING:
     from .._core.session import Session
@@ -108,7 +109,11 @@ class EnginePool:
 
     def checkin(self, engine: Engine) -> None:
         session = self._session
-        if session.rounds_closed or self._generation != _fork.generation:
+        if self._generation != _fork.generation:
+            self._live.pop(id(engine), None)
+            engine.close()  # (the parent's: nothing handed over, see _engines/drain.py)
+            return
+        if session.rounds_closed:
             self._close(engine)
             return
         idle = self._idle
@@ -165,7 +170,7 @@ class EnginePool:
 
     def _close(self, engine: Engine) -> None:
         self._live.pop(id(engine), None)
-        engine.close()
+        close_draining(engine)
 
     def _close_idle(self) -> None:
         while True:

@@ -121,6 +121,12 @@ class PythonEngine:
                 return True
         return False
 
+    def owed_fds(self) -> list[int]:
+        """(contract: Engine.owed_fds)"""
+        if self._generation != _fork.generation:
+            return []
+        return [master.fd for master in self._masters if master.owed and master.sock is not None]
+
     def close(self) -> None:
         """Closes every connection (in a forked child too: closing sends nothing, see drop)."""
         for master in self._masters:

@@ -41,6 +41,7 @@ from .._core.requests import (
     items_of,
 )
 from .._core.session import Session, closed_error
+from .._engines.drain import close_draining
 from ._driver import start
 
 _ACQUIRE_FENCED_SHA = _scripts.ACQUIRE_FENCED.sha
@@ -86,7 +87,7 @@ class AsyncRounds:
             # the closed loop will never end, and its connections owe replies: they go.
             self._loop = loop
             if self._in_flight is not None and self._engine is not None:
-                self._engine.close()
+                close_draining(self._engine)
                 self._engine = None
             self._in_flight = None
             self._queued = {}
@@ -231,7 +232,7 @@ class AsyncRounds:
             try:
                 stale = self._session.engine_stale
                 if self._engine is not None and stale is not None and stale(self._engine):
-                    self._engine.close()  # (a cluster's links changed: _engines/routing.py)
+                    close_draining(self._engine)  # (a cluster's links changed: routing.py)
                     self._engine = None
                 if self._engine is None:
                     self._engine = self._session.new_engine()
@@ -298,7 +299,7 @@ class AsyncRounds:
         session's rounds_closed is set: no round goes out from here on)."""
         engine, self._engine = self._engine, None
         if engine is not None:
-            engine.close()
+            close_draining(engine)
 
 
 def _merged(batch: _Batch) -> Optional[RoundRequest]:

@@ -223,5 +223,8 @@ class MemoryEngine:
     def owes_replies(self) -> bool:
         return False  # (see the module doc: one backlog per master keeps the order)
 
+    def owed_fds(self) -> list[int]:
+        return []  # (no connection)
+
     def close(self) -> None:
         return None
