@@ -330,7 +330,8 @@ cdef class NativeEngine:
         self.closed = True
 
     def owed_fds(self):
-        """(contract: Engine.owed_fds) The descriptors of the connections owing replies."""
+        """(contract: Engine.owed_fds) The descriptors of the connections owing replies, with
+        every byte of their commands written."""
         cdef int i
         cdef Master *m
         fds = []
@@ -338,7 +339,7 @@ cdef class NativeEngine:
             return fds
         for i in range(self.n):
             m = &self.masters[i]
-            if m.ctx != NULL and m.stale > 0:
+            if m.ctx != NULL and m.stale > 0 and not m.want_write:
                 fds.append(<long long>hl_context_fd(m.ctx))
         return fds
 

@@ -109,9 +109,8 @@ B7_EXPLAINS = {"contended_rate"}
 # the rest unread.  The same pipeline followed by shutdown(SHUT_WR), the socket kept open, is run
 # whole (1,600 of 1,600, 6,400 of 6,400).  It showed when the key layout made every command some
 # bytes longer (the name's hash tag in its internal keys, a release's channel as an argument).
-# Fixed: an engine closed while a master owes it replies hands a copy of that connection to
-# _engines/drain.py, which half-closes it and reads it to its end (at most 60 s) on a daemon
-# thread that ends when nothing is left (the asyncio client too: the reading must outlive its
-# loop).  Pinned by
+# Fixed: an engine closed while a master owes it replies (every byte of its commands written)
+# hands a copy of that connection to _engines/drain.py, which half-closes it and keeps it open
+# (no thread: let go by a later hand-over once the server is done, or after 60 s).  Pinned by
 # tests/faults/test_stopped_master.py::test_resumed_master_keeps_no_key_of_concurrent_tasks.
 B8 = "library bug B8 (fixed): releases queued behind a stopped master lost when the client closed"

@@ -194,8 +194,9 @@ class Engine(Protocol):
         ...
 
     def owed_fds(self) -> list[int]:
-        """The descriptors of the connections whose master still owes replies (none in a
-        forked child): the owner hands them to _engines/drain.py before close()."""
+        """The descriptors of the connections whose master still owes replies, with every
+        byte of their commands written (none in a forked child): the owner hands them to
+        _engines/drain.py before close()."""
         ...
 
     def close(self) -> None: ...

@@ -1,4 +1,4 @@
-"""Connections closed while their master still owes replies: half-closed and read to their end.
+"""Connections closed while their master still owes replies: half-closed and kept open.
 
 A client that closes an engine while a master still owes it replies (a stopped or slow master:
 commands written, not answered yet) must not simply close those sockets. A resumed Redis reads
@@ -6,40 +6,47 @@ what a closed client wrote in chunks, runs the first, finds the socket reset whe
 frees the client with the rest unread: the releases queued behind the SETs never run, and their
 keys stay until their ttl (redis-server 7.0 ran only the first ~36 KB of such a pipeline).
 Half-closed instead (shutdown(SHUT_WR): the server reads to the end of the stream, after the last
-command) and kept open, the connection has every command written to it run; its replies are read
-and dropped here until the server closes it or DRAIN_MAX_S have passed.
+command) and kept open, the connection has every command written to it run, whether or not its
+replies are ever read (the server keeps what the socket cannot take).
 
-The engine's owner (the pool, the asyncio rounds) hands over a copy of each such socket (a dup of
-its descriptor) before closing the engine as usual; never in a forked child (a half-close would
-end the parent's connection). One daemon thread per process reads them, started by the first
-socket handed over and ended when none is left (so a client that waits for nothing keeps none);
-a forked child forgets the parent's copies.
+Only a connection with every byte of its commands written is handed over: one with bytes still
+unsent (its master stopped reading) would have the commands written so far run without those
+that followed them (an attempt's unlock), so it is closed as before.
+
+No thread and no timer: the engine's owner (the pool, the asyncio rounds) hands over a copy of
+each such socket (a dup of its descriptor) before closing the engine as usual, and each hand-over
+first closes the copies kept longer than KEEP_S, and those the server has closed already. What is
+left when the process ends is closed with it. Never in a forked child (a half-close would end the
+parent's connection): the engines hand over nothing there, and a child forgets the parent's
+copies.
 """
 
 from __future__ import annotations
 
 import os
-import select
 import socket
 import threading
 import time
-from typing import Any, Optional
+from typing import Any
 
-# How long a half-closed connection is kept for a master that does not answer (stopped): the
-# commands written to it run if it resumes within that time.
-DRAIN_MAX_S = 60.0
-_SLICE_S = 0.1  # (the thread looks for new sockets and deadlines this often)
+# How long a half-closed connection is kept at least: the commands written to it run if its
+# master resumes within that time.
+KEEP_S = 60.0
 
 _mutex = threading.Lock()
-_draining: dict[int, tuple[socket.socket, float]] = {}  # fd -> (socket, deadline)
-_thread: Optional[threading.Thread] = None
+_kept: list[tuple[socket.socket, float]] = []  # (socket, kept until)
+
+
+def close_draining(engine: Any) -> None:
+    """Closes an engine, its connections that still owe replies handed over first."""
+    for fd in engine.owed_fds():
+        hand_over(fd)
+    engine.close()
 
 
 def hand_over(fd: int) -> None:
-    """Half-closes the connection on descriptor `fd` and reads it to its end in the background,
-    on a copy of the descriptor (the caller closes its own as usual). Nothing happens when the
-    connection is gone already."""
-    global _thread
+    """Half-closes the connection on descriptor `fd` and keeps a copy of the descriptor open (the
+    caller closes its own as usual). Nothing happens when the connection is gone already."""
     try:
         sock = socket.socket(fileno=os.dup(fd))
     except OSError:
@@ -51,61 +58,47 @@ def hand_over(fd: int) -> None:
         sock.close()
         return
     with _mutex:
-        _draining[sock.fileno()] = (sock, time.monotonic() + DRAIN_MAX_S)
-        if _thread is None:
-            _thread = threading.Thread(target=_run, name="hiredlock-drain", daemon=True)
-            _thread.start()
+        _prune()
+        _kept.append((sock, time.monotonic() + KEEP_S))
 
 
-def close_draining(engine: Any) -> None:
-    """Closes an engine, its connections that still owe replies handed over first."""
-    for fd in engine.owed_fds():
-        hand_over(fd)
-    engine.close()
+def kept() -> int:
+    """How many half-closed connections are kept now."""
+    with _mutex:
+        _prune()
+        return len(_kept)
 
 
-def draining() -> int:
-    """How many connections are being read to their end now."""
-    return len(_draining)
+def _prune() -> None:
+    """Closes the copies kept long enough, and those whose server is done (replies read and
+    dropped, then the end of the stream)."""
+    now = time.monotonic()
+    keep = []
+    for sock, until in _kept:
+        if now < until and not _finished(sock):
+            keep.append((sock, until))
+        else:
+            sock.close()
+    _kept[:] = keep
 
 
-def _run() -> None:
-    global _thread
+def _finished(sock: socket.socket) -> bool:
     while True:
-        with _mutex:
-            now = time.monotonic()
-            for fd, (sock, deadline) in list(_draining.items()):
-                if now >= deadline:
-                    del _draining[fd]
-                    sock.close()
-            if not _draining:
-                _thread = None
-                return
-            socks = [sock for sock, _deadline in _draining.values()]
         try:
-            readable, _, _ = select.select(socks, [], [], _SLICE_S)
-        except (OSError, ValueError):  # (closed meanwhile: looked at again next time)
-            continue
-        for sock in readable:
-            try:
-                done = not sock.recv(65536)
-            except BlockingIOError:
-                continue
-            except OSError:
-                done = True
-            if done:
-                with _mutex:
-                    _draining.pop(sock.fileno(), None)
-                sock.close()
+            if not sock.recv(65536):
+                return True
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
 
 
 def _forget_in_child() -> None:
-    global _thread, _mutex, _draining
-    for sock, _deadline in _draining.values():
+    global _mutex
+    for sock, _until in _kept:
         sock.close()  # (our copies: the parent's stay open)
-    _draining = {}
+    _kept.clear()
     _mutex = threading.Lock()
-    _thread = None
 
 
 if hasattr(os, "register_at_fork"):

@@ -125,7 +125,11 @@ class PythonEngine:
         """(contract: Engine.owed_fds)"""
         if self._generation != _fork.generation:
             return []
-        return [master.fd for master in self._masters if master.owed and master.sock is not None]
+        return [
+            master.fd
+            for master in self._masters
+            if master.owed and master.sock is not None and master.unsent is None
+        ]
 
     def close(self) -> None:
         """Closes every connection (in a forked child too: closing sends nothing, see drop)."""
