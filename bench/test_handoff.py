@@ -70,6 +70,38 @@ def leftovers(ports, row: str, name: str) -> dict[str, int]:
     return found
 
 
+def worker_cfg(
+    row: str, ports: list[int], name: str, waiters: int, hold_ms: float, think_ms: float, **more
+) -> dict:
+    """The handoff worker's configuration for one run (`more`: seed, start_at, events_out)."""
+    return {
+        "row": row,
+        "ports": ports,
+        "name": name,
+        "seconds": SECONDS,
+        "warmup_s": WARMUP_S,
+        "waiters": waiters,
+        "hold_ms": hold_ms,
+        "think_ms": think_ms,
+        "ttl_s": TTL_S,
+        "seed": 1,
+        **more,
+    }
+
+
+def start_worker(cfg: dict) -> subprocess.Popen:
+    """bench/handoff_worker.py on `cfg`, in a clean interpreter (hiredlock's engine unforced)."""
+    env = dict(os.environ)
+    env.pop("HIREDLOCK_IMPL", None)
+    return subprocess.Popen(
+        [sys.executable, WORKER, json.dumps(cfg)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=BENCH_DIR,
+    )
+
+
 @pytest.mark.parametrize("row", list(ROWS))
 def test_handoff(ports, placement, recorder, key_prefix, row):
     if placement == "pinned" and not os.environ.get("BENCH_HANDOFF_PINNED"):
@@ -81,27 +113,7 @@ def test_handoff(ports, placement, recorder, key_prefix, row):
     if api == "async":
         pytest.importorskip("hiredlock.aio")
     name = f"{key_prefix}:one-name"
-    cfg = {
-        "row": row,
-        "ports": ports[:n],
-        "name": name,
-        "seconds": SECONDS,
-        "warmup_s": WARMUP_S,
-        "waiters": WAITERS,
-        "hold_ms": HOLD_MS,
-        "think_ms": THINK_MS,
-        "ttl_s": TTL_S,
-        "seed": 1,
-    }
-    env = dict(os.environ)
-    env.pop("HIREDLOCK_IMPL", None)
-    proc = subprocess.Popen(
-        [sys.executable, WORKER, json.dumps(cfg)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        cwd=BENCH_DIR,
-    )
+    proc = start_worker(worker_cfg(row, ports[:n], name, WAITERS, HOLD_MS, THINK_MS))
     try:
         out, err = proc.communicate(timeout=WARMUP_S + SECONDS + 120)
     except subprocess.TimeoutExpired:

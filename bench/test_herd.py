@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 
 import pytest
 from handoff_worker import summarize
-from libs import BENCH_DIR, TTL_S
-from test_handoff import SECONDS, WARMUP_S, WORKER, leftovers
+from test_handoff import SECONDS, WARMUP_S, leftovers, start_worker, worker_cfg
 
 PROCESSES = 2
 # row -> waiters per process
@@ -39,35 +36,24 @@ def test_herd(ports, placement, recorder, key_prefix, row):
         pytest.skip("contention is measured in the unpinned placement")
     waiters = HERD_ROWS[row]
     name = f"{key_prefix}:one-name"
-    env = dict(os.environ)
-    env.pop("HIREDLOCK_IMPL", None)
     start_at = time.time() + 3.0  # every process connected and its waiters parked by then
     with tempfile.TemporaryDirectory() as tmp:
-        procs = []
-        for p in range(PROCESSES):
-            cfg = {
-                "row": row,
-                "ports": ports[:N],
-                "name": name,
-                "seconds": SECONDS,
-                "warmup_s": WARMUP_S,
-                "waiters": waiters,
-                "hold_ms": HOLD_MS,
-                "think_ms": THINK_MS,
-                "ttl_s": TTL_S,
-                "seed": p + 1,
-                "start_at": start_at,
-                "events_out": os.path.join(tmp, f"events-{p}.json"),
-            }
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, WORKER, json.dumps(cfg)],
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    env=env,
-                    cwd=BENCH_DIR,
+        procs = [
+            start_worker(
+                worker_cfg(
+                    row,
+                    ports[:N],
+                    name,
+                    waiters,
+                    HOLD_MS,
+                    THINK_MS,
+                    seed=p + 1,
+                    start_at=start_at,
+                    events_out=os.path.join(tmp, f"events-{p}.json"),
                 )
             )
+            for p in range(PROCESSES)
+        ]
         results, merged, windows = [], [], []
         try:
             for p, proc in enumerate(procs):

@@ -45,11 +45,15 @@ class ClusterPlaceMasters(FaultyMasters):
         cluster = "redis+cluster://" + ",".join(f"127.0.0.1:{port}" for port in nodes)
         return [cluster, *super().urls(via, range(CLUSTER_NODES, len(self.servers)))]
 
-    def _announce_proxy_ports(self, nodes=CLUSTER_PLACE) -> None:
-        """Each node in `nodes` announces its proxy listener's port; returns once every live node's
-        slot map says so."""
-        for i in nodes:
+    def _announce_proxy_ports(self) -> None:
+        """Each node announces its proxy listener's port; returns once every node's slot map says
+        so."""
+        for i in CLUSTER_PLACE:
             self.admin(i).config_set("cluster-announce-port", self.proxy.ports[i])
+        self._wait_announced()
+
+    def _wait_announced(self) -> None:
+        """Returns once every live node's slot map names the nodes by their proxy ports."""
         wanted = {self.proxy.ports[i] for i in CLUSTER_PLACE}
         deadline = time.monotonic() + ANNOUNCED_TIMEOUT_S
         while True:
@@ -73,4 +77,4 @@ class ClusterPlaceMasters(FaultyMasters):
     def heal(self) -> None:
         super().heal()
         self.cluster.ready()
-        self._announce_proxy_ports(nodes=())
+        self._wait_announced()

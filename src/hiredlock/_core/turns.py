@@ -40,6 +40,3 @@ class Turns:
         once, as they would without turns.)"""
         if not gate.held and not gate.waiting and self._gates.get(key) is gate:
             del self._gates[key]
-
-    def __len__(self) -> int:
-        return len(self._gates)

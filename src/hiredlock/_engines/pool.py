@@ -109,12 +109,8 @@ class EnginePool:
 
     def checkin(self, engine: Engine) -> None:
         session = self._session
-        if self._generation != _fork.generation:
-            self._live.pop(id(engine), None)
-            engine.close()  # (the parent's: nothing handed over, see _engines/drain.py)
-            return
-        if session.rounds_closed:
-            self._close(engine)
+        if session.rounds_closed or self._generation != _fork.generation:
+            self._close(engine)  # (in a forked child, nothing is handed over: owed_fds())
             return
         idle = self._idle
         if idle:
