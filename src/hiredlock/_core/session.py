@@ -103,7 +103,8 @@ class Session:
         self.rounds_closed = False  # set last (close_rounds()): no round can go out any more
         self.closing = threading.Event()  # set with `closed`: ends the waits between attempts
         self.mutex = threading.Lock()
-        self.acquiring = 0  # acquires whose steps are under way (see begin_acquire)
+        # one item per acquire whose steps are under way (see begin_acquire)
+        self.under_way: list[None] = []
         self._settled = threading.Condition(self.mutex)
         self._on_settled: list[Callable[[], None]] = []
         self.generation = _fork.generation  # the process (see _fork) the state above is of
@@ -159,18 +160,28 @@ class Session:
     def begin_acquire(self) -> None:
         """An acquire's steps begin (HiredlockError when closed): close() waits until every
         acquire begun has ended, having won nothing (it unlocks what its rounds took once it sees
-        the client closed) or having its lock registered in `held`, which close() releases."""
-        self.this_process()
-        with self.mutex:
-            if self.closed:
-                raise closed_error()
-            self.acquiring += 1
+        the client closed) or having its lock registered in `held`, which close() releases.
+
+        Counted without the mutex (this is on every acquire's path): list.append and list.pop
+        are single calls into C. The acquire is counted before it looks at `closed`, and close()
+        sets `closed` before it looks at the count: either close() waits for this acquire, or
+        this acquire sees the client closed."""
+        if self.generation != _fork.generation:
+            self.this_process()
+        self.under_way.append(None)
+        if self.closed:
+            self.end_acquire()
+            raise closed_error()
 
     def end_acquire(self) -> None:
-        with self.mutex:
-            self.acquiring -= 1
-            if self.acquiring or not self.closed:
-                return
+        under_way = self.under_way
+        try:  # noqa: SIM105 (contextlib.suppress costs a call on every acquire's path)
+            under_way.pop()
+        except IndexError:  # (begun before a fork: this process's count started after it)
+            pass
+        if under_way or not self.closed:
+            return
+        with self.mutex:  # (the last acquire of a closed client: the waits for it end)
             self._settled.notify_all()
             callbacks, self._on_settled = self._on_settled, []
         for callback in callbacks:
@@ -197,12 +208,12 @@ class Session:
     def wait_settled(self, timeout: float) -> bool:
         """Blocks until no acquire is under way (or the timeout: False)."""
         with self.mutex:
-            return self._settled.wait_for(lambda: self.acquiring == 0, timeout)
+            return self._settled.wait_for(lambda: not self.under_way, timeout)
 
     def when_settled(self, callback: Callable[[], None]) -> None:
         """Calls `callback` once no acquire is under way (now, if none is)."""
         with self.mutex:
-            if self.acquiring:
+            if self.under_way:
                 self._on_settled.append(callback)
                 return
         callback()
@@ -245,7 +256,7 @@ class Session:
         if self.closed:
             closing.set()
         self.closing = closing
-        self.acquiring = 0  # (the parent's threads that were acquiring do not exist here)
+        self.under_way = []  # (the parent's threads that were acquiring do not exist here)
         self.held = {}
         self.turns = Turns()  # (the parent's waiters do not exist here)
         self.generation = _fork.generation
