@@ -71,8 +71,11 @@ class LockBase(LockState):
     def _acquire_steps(self, blocking: Any, deadline_ns: Optional[int]) -> Steps:
         """Attempts until acquired (True), given up (False) or refused (an exception), until
         `deadline_ns` (see acquire_deadline, which checks the arguments before any I/O); counted
-        as under way for the client's close() (see Session.begin_acquire)."""
-        return (yield from counted_acquire(self._session, self._attempts(blocking, deadline_ns)))
+        as under way for the client's close() (see Session.begin_acquire).
+
+        (Not a generator itself: the steps are counted_acquire's, one generator fewer on every
+        acquire's path.)"""
+        return counted_acquire(self._session, self._attempts(blocking, deadline_ns))
 
     def _attempts(self, blocking: Any, deadline_ns: Optional[int]) -> Steps:
         """The attempts of _acquire_steps.
