@@ -415,27 +415,39 @@ def instructions_table(r: Results) -> list[str]:
         f"User-space instructions of the client per acquire+release cycle ({rows[0]['cycles']:,} "
         "cycles counted after an uncounted warm-up; valgrind's callgrind, so exact and "
         "unaffected by the machine's load; the kernel's side of the syscalls is not in it), "
-        "split by the object they ran in.",
+        "split by the object they ran in. Each hiredlock engine's sync row is followed by its "
+        "hiredlock.aio row: one task on one event loop doing the same non-blocking acquire and "
+        "release of one lock object; vs sync is its count over the sync row's.",
         "",
-        "| row | N | instructions/cycle | vs C | " + " | ".join(parts) + " |",
-        "|---|---:|---:|---:|" + "---:|" * len(parts),
+        "| row | N | instructions/cycle | vs C | vs sync | " + " | ".join(parts) + " |",
+        "|---|---:|---:|---:|---:|" + "---:|" * len(parts),
     ]
     for n in (1, 5):
         cref = next((x for x in rows if x["lib"] == "cref" and x["n"] == n), None)
         for lib in ORDER:
-            row = next((x for x in rows if x["lib"] == lib and x["n"] == n), None)
-            if row is None:
-                continue
-            vs_c = ratio(row["per_cycle"], cref and cref["per_cycle"])
-            split = " | ".join(f"{row['split'].get(p, 0):,.0f}" for p in parts)
-            name = f"**{LABELS[lib]}**" if lib == "native" else LABELS[lib]
-            lines.append(
-                f"| {name} | {n} | {row['per_cycle']:,.0f} | {fmt_ratio(vs_c)} | {split} |"
-            )
+            sync = next((x for x in rows if x["lib"] == lib and x["n"] == n), None)
+            # (the aio rows are named as test_async.py's: "aio-" and the engine)
+            aio = next((x for x in rows if x["lib"] == f"aio-{lib}" and x["n"] == n), None)
+            for row in (sync, aio):
+                if row is None:
+                    continue
+                vs_c = ratio(row["per_cycle"], cref and cref["per_cycle"])
+                vs_sync = NONE
+                if row is aio:
+                    vs_sync = fmt_ratio(ratio(row["per_cycle"], sync and sync["per_cycle"]))
+                split = " | ".join(f"{row['split'].get(p, 0):,.0f}" for p in parts)
+                name = LABELS[row["lib"]] + (", 1 task" if row is aio else "")
+                if row["lib"] == "native":
+                    name = f"**{name}**"
+                lines.append(
+                    f"| {name} | {n} | {row['per_cycle']:,.0f} | {fmt_ratio(vs_c)} | {vs_sync} "
+                    f"| {split} |"
+                )
     lines += [
         "",
-        "interpreter: libpython (the API layer, redis-py and the peers' Python code); native "
-        "engine: hiredlock's Cython module; other: the C reference's own code, libffi, the rest.",
+        "interpreter: libpython (the API layer, asyncio's event loop, redis-py and the peers' "
+        "Python code); native engine: hiredlock's Cython module; other: the C reference's own "
+        "code, libffi, asyncio's C modules (futures and tasks, epoll, the timer heap), the rest.",
         "",
     ]
     return lines

@@ -3,6 +3,11 @@ CPU cost without the noise of a shared machine (the kernel's side of the syscall
 see test_cpu.py for user+sys time). Each count is split by where the instructions ran: the Python
 interpreter, hiredlock's native engine, libhiredis, libc, the rest.
 
+The rows aio-native and aio-python count hiredlock.aio's cycle the same way: one task on one event
+loop, acquire(blocking=False) + release of one lock object (count_instructions.py). Each sits
+beside the sync row of its engine, on the same masters: the difference is what running the cycle
+on an event loop costs (asyncio's loop and futures, hiredlock.aio's rounds and driver).
+
 Placement does not change the counts, so they are taken in the unpinned run only. Skipped when
 valgrind is not installed (`apt-get install valgrind`; `make bench` tries to install it).
 """
@@ -23,6 +28,7 @@ from libs import BENCH_DIR
 CYCLES = int(os.environ.get("BENCH_INSTR_CYCLES", "1000"))
 ROWS = [(1, "native"), (1, "python"), (1, "cref"), (1, "redis-py")]
 ROWS += [(5, "native"), (5, "python"), (5, "cref")]
+ROWS += [(n, lib) for n in (1, 5) for lib in ("aio-native", "aio-python")]
 SCRIPT = os.path.join(BENCH_DIR, "count_instructions.py")
 
 
