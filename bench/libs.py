@@ -66,7 +66,7 @@ class HiredlockCycler(Cycler):
 
     MAX_FAILURE_RATE = 0.01
 
-    def __init__(self, engine: str, ports, name: str, tls_ca: str | None = None):
+    def __init__(self, engine: str, ports, name: str, tls_ca: str | None = None, fresh=False):
         from hiredlock import Redlock
 
         self.lib = engine
@@ -77,14 +77,19 @@ class HiredlockCycler(Cycler):
         self.redlock = Redlock(urls, backend=engine)
         assert self.redlock.backend == engine, self.redlock.backend
         self.lock = self.redlock.lock(name, ttl=TTL_S)
+        # fresh: a new lock object per cycle, as `with redlock.lock(name, ttl):` makes one (its
+        # validation and set-up counted in the cycle)
+        self.name = name if fresh else None
         self.cycles = 0
         self.failures: list[str] = []
 
     def run(self, k: int) -> None:
         from hiredlock import LockLost, LockNotAcquired
 
-        lock = self.lock
+        lock, name, redlock = self.lock, self.name, self.redlock
         for _ in range(k):
+            if name is not None:
+                lock = redlock.lock(name, ttl=TTL_S)
             try:
                 acquired = lock.acquire(blocking=False)
             except LockNotAcquired as exc:  # QuorumUnreachable: every master TIMEOUT
@@ -264,11 +269,17 @@ class PythonRedisLockCycler(Cycler):
         self.client.close()
 
 
+# hiredlock's rows with a fresh lock() per cycle, by their engine
+FRESH_LIBS = {"fresh-native": "native", "fresh-python": "python"}
+
+
 def open_cycle(lib: str, ports, name: str, tls_ca: str | None = None) -> Cycler:
     """lib's cycler on those ports; with tls_ca, over TLS (the ports are TLS ports whose
     certificates that CA file signed: hiredlock's engines and redis-py only)."""
     if lib in ("native", "python"):
         return HiredlockCycler(lib, ports, name, tls_ca)
+    if lib in FRESH_LIBS:  # (a new lock object per cycle: instructions only)
+        return HiredlockCycler(FRESH_LIBS[lib], ports, name, tls_ca, fresh=True)
     if tls_ca is not None:
         if lib != "redis-py":
             raise ValueError(f"{lib}: no TLS row")

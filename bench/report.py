@@ -417,7 +417,9 @@ def instructions_table(r: Results) -> list[str]:
         "unaffected by the machine's load; the kernel's side of the syscalls is not in it), "
         "split by the object they ran in. Each hiredlock engine's sync row is followed by its "
         "hiredlock.aio row: one task on one event loop doing the same non-blocking acquire and "
-        "release of one lock object; vs sync is its count over the sync row's.",
+        "release of one lock object; and by its row with a new `redlock.lock(name, ttl)` "
+        "object per cycle (as `with redlock.lock(name, ttl):` makes one: its validation and "
+        "set-up counted); vs sync is a row's count over the sync row's.",
         "",
         "| row | N | instructions/cycle | vs C | vs sync | " + " | ".join(parts) + " |",
         "|---|---:|---:|---:|---:|" + "---:|" * len(parts),
@@ -426,17 +428,22 @@ def instructions_table(r: Results) -> list[str]:
         cref = next((x for x in rows if x["lib"] == "cref" and x["n"] == n), None)
         for lib in ORDER:
             sync = next((x for x in rows if x["lib"] == lib and x["n"] == n), None)
-            # (the aio rows are named as test_async.py's: "aio-" and the engine)
+            # (the aio rows are named as test_async.py's: "aio-" and the engine; the rows with a
+            # fresh lock object per cycle, "fresh-" and the engine)
             aio = next((x for x in rows if x["lib"] == f"aio-{lib}" and x["n"] == n), None)
-            for row in (sync, aio):
+            fresh = next((x for x in rows if x["lib"] == f"fresh-{lib}" and x["n"] == n), None)
+            for row in (sync, fresh, aio):
                 if row is None:
                     continue
                 vs_c = ratio(row["per_cycle"], cref and cref["per_cycle"])
                 vs_sync = NONE
-                if row is aio:
+                if row is not sync:
                     vs_sync = fmt_ratio(ratio(row["per_cycle"], sync and sync["per_cycle"]))
                 split = " | ".join(f"{row['split'].get(p, 0):,.0f}" for p in parts)
-                name = LABELS[row["lib"]] + (", 1 task" if row is aio else "")
+                if row is fresh:
+                    name = LABELS[lib] + ", a new lock() per cycle"
+                else:
+                    name = LABELS[row["lib"]] + (", 1 task" if row is aio else "")
                 if row["lib"] == "native":
                     name = f"**{name}**"
                 lines.append(

@@ -26,7 +26,8 @@ import pytest
 from libs import BENCH_DIR
 
 CYCLES = int(os.environ.get("BENCH_INSTR_CYCLES", "1000"))
-ROWS = [(1, "native"), (1, "python"), (1, "cref"), (1, "redis-py")]
+ROWS = [(1, "native"), (1, "fresh-native"), (1, "python"), (1, "fresh-python")]
+ROWS += [(1, "cref"), (1, "redis-py")]
 ROWS += [(5, "native"), (5, "python"), (5, "cref")]
 ROWS += [(n, lib) for n in (1, 5) for lib in ("aio-native", "aio-python")]
 SCRIPT = os.path.join(BENCH_DIR, "count_instructions.py")
