@@ -10,7 +10,6 @@ from typing import Any, NamedTuple, Optional
 from . import scripts as _scripts
 from . import validation as _validation
 from .errors import HiredlockError, QuorumUnreachable
-from .keys import NameKeys
 from .requests import Steps, script
 from .scripts import Outcome
 from .semaphores import MAX_PERMITS as _MAX_PERMITS
@@ -62,7 +61,7 @@ def inspect_steps(session: Session, name: Any) -> Steps:
     """Every master's view of `name`: exists, PTTL, and whether it is ours, the state of the
     read-write and fair locks and the semaphore of that name, and its holder's owner label
     (KeyState each; four rounds, five when a label is longer than one chunk)."""
-    layout = NameKeys(session.namespace, _validation.lock_name(name))
+    layout = session.name_keys(name)
     key = layout.key
     token = session.token_held_for(key)
     timeout_ms = session.master_timeout_ms(_scripts.MAX_TTL_MS)
@@ -151,7 +150,7 @@ def locked(session: Session, states: Sequence[KeyState]) -> bool:
 def delete_fence_counter_steps(session: Session, name: Any) -> Steps:
     """Deletes the fencing counter of `name` on every master; refused while this client holds
     the lock; QuorumUnreachable if fewer than a quorum answered."""
-    layout = NameKeys(session.namespace, _validation.lock_name(name))
+    layout = session.name_keys(name)
     if session.token_held_for(layout.key):
         raise HiredlockError(f"lock {name!r} is held by this Redlock: release it first")
     result = (
@@ -177,7 +176,7 @@ def force_release_steps(session: Session, name: Any) -> Steps:
     its read-write lock's keys, its semaphore's permits and size) whoever holds them, but not its
     fence counter (fences must only grow: see delete_fence_counter_steps); what each master
     removed (Removed each). Refused while this client holds the lock."""
-    layout = NameKeys(session.namespace, _validation.lock_name(name))
+    layout = session.name_keys(name)
     key = layout.key
     if session.token_held_for(key):
         raise HiredlockError(f"lock {name!r} is held by this client: release it instead")

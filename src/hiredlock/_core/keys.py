@@ -69,12 +69,15 @@ def tail(key: bytes, name: bytes) -> bytes:
 class NameKeys:
     """The keys and channels of one name under one namespace (see the module doc)."""
 
-    __slots__ = ("_head", "_tail", "key")
+    __slots__ = ("_head", "_tail", "channel", "key")
 
     def __init__(self, namespace: bytes, name: bytes) -> None:
         self.key = namespace + name
         self._head = namespace + PREFIX
         self._tail = tail(self.key, name)
+        # Where a release of the name's lock, fair lock or semaphore permit is announced (made
+        # here: every lock reads it)
+        self.channel = self._of(b"released:")
 
     def _of(self, kind: bytes) -> bytes:
         return self._head + kind + self._tail
@@ -105,11 +108,6 @@ class NameKeys:
     @property
     def permit_size(self) -> bytes:
         return self._of(b"permit:size:")
-
-    @property
-    def channel(self) -> bytes:
-        """Where a release of the name's lock, fair lock or semaphore permit is announced."""
-        return self._of(b"released:")
 
     @property
     def rw_channel(self) -> bytes:

@@ -26,7 +26,6 @@ from . import observe as _observe
 from . import scripts as _scripts
 from . import validation as _validation
 from .errors import LockLost, NotHeld, Vote
-from .keys import NameKeys
 from .observe import LockStats
 from .requests import Request, RunScript, SetNx, script
 from .validation import Duration
@@ -121,7 +120,7 @@ class LockState:
         self._session = session = client.session
         self._rounds = session.rounds
         # the name's keys (_core/keys.py): its own, and the channel its releases announce on
-        self._layout = layout = NameKeys(session.namespace, _validation.lock_name(name))
+        self._layout = layout = session.name_keys(name)
         self._key = layout.key
         self._announce = layout.channel
         self._name = name

@@ -20,10 +20,14 @@ from . import scripts as _scripts
 from . import validation as _validation
 from .errors import HiredlockError, Vote
 from .events import Observer, Teller
+from .keys import NameKeys
 from .masters import MasterLike, MasterSpec
 from .scripts import Outcome
 from .turns import Turns
 from .validation import Duration
+
+# The most lock names whose keys a client keeps made (see name_keys)
+NAME_KEYS_CACHED = 256
 
 Timing = tuple[int, float, float]  # ttl in ms, per-master timeout in ms, drift in ms
 
@@ -109,6 +113,7 @@ class Session:
         self._on_settled: list[Callable[[], None]] = []
         self.generation = _fork.generation  # the process (see _fork) the state above is of
         self._timings: dict[tuple[Any, ...], Timing] = {}
+        self._name_keys: dict[tuple[Any, ...], NameKeys] = {}
 
     def new_engine(self) -> Any:
         return self.engine_class(self.masters, self.quorum)
@@ -143,6 +148,23 @@ class Session:
             self._timings.clear()
         self._timings[cache_key] = timing = (ttl_ms, timeout_ms, drift)
         return timing
+
+    def name_keys(self, name: Any) -> NameKeys:
+        """The keys of the lock name `name` under this client's namespace (the name checked: see
+        validation.lock_name). Cached by value and type, as timing() is: code that makes a lock
+        object per use (`with redlock.lock(name, ttl):`) checks each of its names once."""
+        kind = type(name)
+        if kind is not str and kind is not bytes:  # (refused below, or a subclass: not kept)
+            return NameKeys(self.namespace, _validation.lock_name(name))
+        cache_key = (kind, name)
+        layout = self._name_keys.get(cache_key)
+        if layout is not None:
+            return layout
+        layout = NameKeys(self.namespace, _validation.lock_name(name))
+        if len(self._name_keys) >= NAME_KEYS_CACHED:
+            self._name_keys.clear()
+        self._name_keys[cache_key] = layout
+        return layout
 
     def votes(self, result: RoundResult) -> tuple[Vote, ...]:
         codes, details = result[0], result[2] or {}
