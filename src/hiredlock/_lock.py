@@ -95,6 +95,11 @@ class Lock(WithStatement, LockBase):
             entered = self._try_gate()
             if entered is False and not (blocking and self._gate.enter(deadline_ns)):
                 return False  # another thread of this process held the lock object throughout
+            if entered is not None:
+                # The object was free: its last holder's release may still be under way on
+                # another thread, and that round must not choose where this acquisition's
+                # rounds go (see LockState._pin).
+                self._pin = [None]
             turn = self._turn_gate(blocking, entered)
             if turn is not None and not turn.try_enter():
                 waited_from = _clock.monotonic_ns()

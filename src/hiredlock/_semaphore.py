@@ -7,6 +7,7 @@ import threading
 from typing import Any, Optional
 
 from ._core.errors import HiredlockError, LockNotAcquired, Vote
+from ._core.lock_state import share_pin
 from ._core.lock_steps import give_back_steps
 from ._core.semaphores import PermitBase, SemaphoreBase
 from ._core.validation import Duration
@@ -42,17 +43,22 @@ class Semaphore(SemaphoreBase[Permit]):
         attempt tries every permit not held through this object; attempts are retried as
         Lock.acquire's are, and raise as they do (QuorumUnreachable, MasterConfigError)."""
         taken: list[Any] = []
+        # This call's pin (see LockState._pin), the permit's once taken: the threads sharing
+        # this semaphore take and release their permits at once, each behind its own rounds.
+        pin: list[Any] = [None]
         try:
             outcome: tuple[Optional[Permit], tuple[Vote, ...]] = self._session.rounds.run(
-                self._acquire_steps(blocking, timeout, taken), self._pin
+                self._acquire_steps(blocking, timeout, taken), pin
             )
             permit, votes = outcome
         except BaseException:
             if taken:  # an interrupt once the steps were over: the permit they took goes back
-                self._session.rounds.run(give_back_steps(*taken), self._pin)
+                self._session.rounds.run(give_back_steps(*taken), pin)
             raise
         if permit is None:
             self._refused(votes)
+        else:
+            share_pin([permit], pin)
         return permit
 
     def __enter__(self) -> Permit:

@@ -16,8 +16,9 @@ import time
 import pytest
 from aio_support import run_async  # noqa: F401  (the fixture)
 from apis import make_redlock_fixture, pytest_generate_tests, rwlock  # noqa: F401  (both APIs)
-from support import EVENTUAL, assert_no_key, kb, urls
+from support import EVENTUAL, assert_no_key, kb, urls, wait_until
 
+from hiredlock import Redlock
 from hiredlock.aio import AsyncRedlock
 
 THREADS = 8
@@ -183,6 +184,64 @@ def test_a_waiting_thread_gets_the_lock_object_once_it_is_released(make_redlock,
     other.join(60)
     assert got == [True]
     assert_no_key(masters5[:3], key)
+
+
+def test_the_next_holders_release_follows_its_own_acquire_on_a_stopped_master(
+    engine, masters5, key
+):
+    """Threads sharing a lock object: the holder's release waits on a stopped master while the
+    next holder takes the lock on the two others, its SET queued behind on the stopped one. That
+    next holder's release must go out behind its own SET, on the same connection: on another one
+    (the first holder's, whose round ended last), the resumed master may run the release first
+    and keep the key for its whole ttl."""
+    servers = masters5[:3]
+    stopped = servers[2]
+    rl = Redlock(urls(servers), backend=engine, master_timeout=0.1, retry_delay=0.01)
+    lock = rl.lock(key, TTL)
+    assert lock.acquire(blocking=False)
+    got: list = []
+    next_holder = threading.Thread(target=lambda: got.append(lock.acquire(timeout=30)))
+    stopped.stop()
+    try:
+        next_holder.start()
+        # (the gate of the lock object: the next holder waits there for the release)
+        wait_until(lambda: lock._gate.waiting, 30, "the next holder waits for the lock object")
+        lock.release()  # (its round waits for the stopped master until master_timeout)
+        next_holder.join(30)
+        assert got == [True], "the next holder takes the lock on two masters of three"
+        lock.release()
+    finally:
+        stopped.cont()
+    assert_no_key(servers, key, "after the resumed master ran what was queued for it")
+    rl.close()
+
+
+def test_a_permits_release_follows_its_own_acquire_when_another_threads_release_ends_later(
+    engine, masters5, key
+):
+    """Threads sharing a semaphore: one thread's release of its permit waits on a stopped master
+    while another thread takes a permit on the two others. That permit's release must go out
+    behind its own acquire on the stopped master, whichever round of the semaphore ended last."""
+    servers = masters5[:3]
+    stopped = servers[2]
+    rl = Redlock(urls(servers), backend=engine, master_timeout=0.5, retry_delay=0.01)
+    semaphore = rl.semaphore(key, 2, TTL)
+    first = semaphore.acquire(blocking=False)
+    assert first is not None
+    stopped.stop()
+    try:
+        releasing = threading.Thread(target=first.release)
+        releasing.start()
+        # (let go locally first: its round to the masters is under way from then on)
+        wait_until(lambda: not first.held, 30, "the first permit is let go")
+        second = semaphore.acquire(blocking=False)
+        assert second is not None, "a permit is taken on two masters of three"
+        releasing.join(30)
+        second.release()
+    finally:
+        stopped.cont()
+    assert not lasting_keys(servers, key), "left after the resumed master ran its queue"
+    rl.close()
 
 
 TASKS = 100

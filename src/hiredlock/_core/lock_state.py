@@ -173,7 +173,8 @@ class LockState:
         self._released_by_close = False  # close() let this acquisition go (see _close_steps)
         # The engine this lock's next rounds must use, when its last one left commands behind on
         # a master (see _engines/blocking.py, run_python): a one-item list, shared by a batch's
-        # locks.
+        # locks. One per acquisition (a token's rounds follow each other; another holder's do
+        # not need to): a blocking Lock makes a new one when its object is free at an acquire.
         self._pin: list[Any] = [None]
         # What `stats` and the events tell (see _core/observe.py): the winning round, the time
         # the acquire call waited (ns) and its attempts, set by _took; a semaphore's call under
@@ -585,7 +586,7 @@ class LockState:
 
 def share_pin(locks: Sequence[LockState], pin: Optional[list[Any]] = None) -> list[Any]:
     """One pin (see LockState._pin) for the locks of a batch, which go out together (or for a
-    semaphore's permits: `pin`, the semaphore's own)."""
+    permit: `pin`, the one of the semaphore's acquire that took it)."""
     if pin is None:
         pin = [None]
     for lock in locks:

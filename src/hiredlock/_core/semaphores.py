@@ -16,7 +16,6 @@ from .compat import Unpack
 from .errors import HiredlockError, SemaphoreSizeMismatch, Vote
 from .events import Event
 from .keys import NameKeys
-from .lock_state import share_pin
 from .lock_steps import (
     LockBase,
     acquire_deadline,
@@ -301,13 +300,9 @@ class SemaphoreBase(Generic[_P]):
         self._name = name
         self._session = client.session
         self._n_permits = permits
-        # the rounds of this semaphore and of its permits (see LockBase)
-        self._pin: list[Any] = [None]
 
         def make(index: int) -> _P:
-            permit = self._permit_class(client, name, index, ttl, permits, **options)
-            share_pin([permit], self._pin)
-            return permit
+            return self._permit_class(client, name, index, ttl, permits, **options)
 
         # Permit objects are made per acquisition (one object is never handed to two holders:
         # a late release by an earlier holder must not let go of the next one's permit); this
