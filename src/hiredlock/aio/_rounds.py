@@ -42,7 +42,7 @@ from .._core.requests import (
 )
 from .._core.session import Session, closed_error
 from .._engines.drain import close_draining
-from ._driver import start
+from ._driver import Driver
 
 _ACQUIRE_FENCED_SHA = _scripts.ACQUIRE_FENCED.sha
 
@@ -72,6 +72,7 @@ class AsyncRounds:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._queued: dict[tuple[Any, ...], _Batch] = {}
         self._engine: Any = None  # made on first use
+        self._driver: Optional[Driver] = None  # the engine's sockets on the loop
         self._in_flight: Optional[_Batch] = None
         self._tasks: set[asyncio.Task[Any]] = set()  # renewals and on_lost coroutines
         self._closing: Optional[asyncio.Future[None]] = None  # done once aclose() began
@@ -86,6 +87,7 @@ class AsyncRounds:
             # The first loop, or a new one after the last was closed: a round left in flight on
             # the closed loop will never end, and its connections owe replies: they go.
             self._loop = loop
+            self._driver = None  # (its registrations went with the closed loop)
             if self._in_flight is not None and self._engine is not None:
                 close_draining(self._engine)
                 self._engine = None
@@ -232,15 +234,17 @@ class AsyncRounds:
             try:
                 stale = self._session.engine_stale
                 if self._engine is not None and stale is not None and stale(self._engine):
-                    close_draining(self._engine)  # (a cluster's links changed: routing.py)
-                    self._engine = None
-                if self._engine is None:
-                    self._engine = self._session.new_engine()
+                    self._close_engine()  # (a cluster's links changed: routing.py)
                 engine = self._engine
-                loop = self._loop
-                assert loop is not None  # (the batch was queued from this loop)
+                if engine is None:
+                    engine = self._engine = self._session.new_engine()
+                driver = self._driver
+                if driver is None:
+                    loop = self._loop
+                    assert loop is not None  # (the batch was queued from this loop)
+                    driver = self._driver = Driver(loop, engine)
                 rnd = engine.begin(request)
-                start(rnd, loop, functools.partial(self._ended, batch, engine, rnd))
+                driver.start(rnd, functools.partial(self._ended, batch, engine, rnd))
             except Exception as exc:
                 self._ended(batch, self._engine, None, exc)
 
@@ -297,7 +301,14 @@ class AsyncRounds:
     def close(self) -> None:
         """Closes the connections (after drain(): no batch is in flight any more, and the
         session's rounds_closed is set: no round goes out from here on)."""
+        self._close_engine()
+
+    def _close_engine(self) -> None:
+        """Closes the engine, its sockets off the loop first (see aio/_driver.py: closes)."""
         engine, self._engine = self._engine, None
+        driver, self._driver = self._driver, None
+        if driver is not None:
+            driver.clear()
         if engine is not None:
             close_draining(engine)
 
