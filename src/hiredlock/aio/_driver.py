@@ -124,11 +124,13 @@ class Driver:
             self._feed(self.rnd.on_deadline, _monotonic_ns())
 
     def _feed(self, handler: Any, *event: Any) -> None:
+        rnd = self.rnd
         try:
             handler(*event)
             self.update()
         except BaseException as exc:
-            rnd = self.rnd
+            if self.rnd is not rnd:
+                raise  # (from on_end, after the round ended: the loop reports it)
             on_end = self.on_end
             self._end_round()
             self.clear()  # its connections go, unregistered first
