@@ -56,7 +56,6 @@ class Driver:
         "loop",
         "on_end",
         "readers",
-        "reading",
         "rnd",
         "seen",
         "timer",
@@ -78,8 +77,9 @@ class Driver:
         self.writers: set[int] = set()
         self.rnd: Any = None  # the round in flight
         self.on_end: Optional[Callable[[Any], None]] = None
-        self.wanted: Optional[dict[int, int]] = None  # its last fds_wanted()
-        self.reading: Any = ()  # the descriptors it waits to read
+        # What the round in flight waits for as registered: its last fds_wanted(), less what
+        # went since ({}: no round, or nothing registered for it yet)
+        self.wanted: dict[int, int] = {}
         self.timer: Optional[asyncio.TimerHandle] = None
         self.timer_due_ns = 0
 
@@ -90,7 +90,7 @@ class Driver:
         has ended (possibly before start() returns)."""
         self.rnd = rnd
         self.on_end = on_end
-        self.wanted = None
+        self.wanted = {}
         rnd.before_close = self.forget
         self.update()
 
@@ -107,7 +107,7 @@ class Driver:
     # -- the loop's callbacks ------------------------------------------------------------------
 
     def on_readable(self, fd: int) -> None:
-        if fd not in self.reading:  # (no round, or one that does not wait to read it)
+        if not self.wanted.get(fd, 0) & POLLIN:  # (no round, or one not reading it)
             self.readers.discard(fd)
             self.loop.remove_reader(fd)
             return
@@ -159,7 +159,11 @@ class Driver:
             return
         wanted = rnd.fds_wanted()
         if wanted != self.wanted:
-            self._register(wanted)
+            if self.keep and not self.writers and wanted.items() <= self.wanted.items():
+                # (fewer sockets, the usual change after a reply: their readers stay)
+                self.wanted = wanted
+            else:
+                self._register(wanted)
         due_ns = rnd.next_deadline_ns
         if self.timer is None or due_ns < self.timer_due_ns:
             self._set_timer(due_ns)
@@ -168,13 +172,10 @@ class Driver:
         loop = self.loop
         readers = self.readers
         writers = self.writers
-        reading = set()
         for fd, events in wanted.items():
-            if events & POLLIN:
-                reading.add(fd)
-                if fd not in readers:
-                    loop.add_reader(fd, self.on_readable, fd)
-                    readers.add(fd)
+            if events & POLLIN and fd not in readers:
+                loop.add_reader(fd, self.on_readable, fd)
+                readers.add(fd)
             if events & POLLOUT and fd not in writers:
                 loop.add_writer(fd, self.on_writable, fd)
                 writers.add(fd)
@@ -182,11 +183,10 @@ class Driver:
             writers.discard(fd)
             loop.remove_writer(fd)
         if not self.keep:
-            for fd in [fd for fd in readers if fd not in reading]:
+            for fd in [fd for fd in readers if not wanted.get(fd, 0) & POLLIN]:
                 readers.discard(fd)
                 loop.remove_reader(fd)
         self.wanted = wanted
-        self.reading = reading
 
     def _set_timer(self, due_ns: int) -> None:
         if self.timer is not None:
@@ -202,8 +202,7 @@ class Driver:
         and timer); the readers it kept wait for the next round."""
         self.rnd = None
         self.on_end = None
-        self.wanted = None
-        self.reading = ()
+        self.wanted = {}
         loop = self.loop
         for fd in self.writers:
             loop.remove_writer(fd)
@@ -227,7 +226,7 @@ class Driver:
             loop.remove_writer(fd)
         self.readers = set()
         self.writers = set()
-        self.wanted = None
+        self.wanted = {}
 
     def forget(self, fd: int) -> None:
         """The round is about to close this socket: off the loop first (fd numbers are reused)."""
@@ -237,7 +236,7 @@ class Driver:
         if fd in self.writers:
             self.writers.discard(fd)
             self.loop.remove_writer(fd)
-        self.wanted = None
+        self.wanted = {}
 
     def clear(self) -> None:
         """Nothing of this driver's on the loop any more (before its engine closes)."""
@@ -248,7 +247,7 @@ class Driver:
             loop.remove_writer(fd)
         self.readers = set()
         self.writers = set()
-        self.wanted = None
+        self.wanted = {}
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
