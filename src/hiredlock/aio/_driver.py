@@ -179,9 +179,10 @@ class Driver:
             if events & POLLOUT and fd not in writers:
                 loop.add_writer(fd, self.on_writable, fd)
                 writers.add(fd)
-        for fd in [fd for fd in writers if not wanted.get(fd, 0) & POLLOUT]:
-            writers.discard(fd)
-            loop.remove_writer(fd)
+        if writers:
+            for fd in [fd for fd in writers if not wanted.get(fd, 0) & POLLOUT]:
+                writers.discard(fd)
+                loop.remove_writer(fd)
         if not self.keep:
             for fd in [fd for fd in readers if not wanted.get(fd, 0) & POLLIN]:
                 readers.discard(fd)
@@ -203,10 +204,11 @@ class Driver:
         self.rnd = None
         self.on_end = None
         self.wanted = {}
-        loop = self.loop
-        for fd in self.writers:
-            loop.remove_writer(fd)
-        self.writers = set()
+        if self.writers:
+            loop = self.loop
+            for fd in self.writers:
+                loop.remove_writer(fd)
+            self.writers = set()
         if not self.keep:
             self.clear()
 
