@@ -127,6 +127,19 @@ cdef void after_fork_in_child() noexcept nogil:
 
 hl_on_fork_in_child(after_fork_in_child)
 
+# Connections closed by engines of this process (free_context): the asyncio driver keeps sockets
+# registered on its loop between rounds, and a change here tells it a registered descriptor may
+# have closed (and its number come back as another socket). Only ever incremented: a lost
+# increment between threads still changes the value.
+cdef unsigned long long closed_count = 0
+
+
+cdef inline void free_context(redisContext *ctx) noexcept nogil:
+    """redisFree for a master's connection: every socket an engine closes goes through here."""
+    global closed_count
+    closed_count += 1
+    redisFree(ctx)
+
 
 cdef inline int64_t now_ns() noexcept nogil:
     return hl_now_ns()
@@ -328,6 +341,10 @@ cdef class NativeEngine:
         """Closes every connection (without I/O on them in a forked child)."""
         self._close_all()
         self.closed = True
+
+    def closes(self):
+        """(contract: Engine.closes)"""
+        return closed_count
 
     def owed_fds(self):
         """(contract: Engine.owed_fds) The descriptors of the connections owing replies, with

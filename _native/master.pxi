@@ -71,7 +71,7 @@ cdef void drop(Master *m) noexcept nogil:
         if m.defer_free and m.doomed == NULL:
             m.doomed = m.ctx
         else:
-            redisFree(m.ctx)
+            free_context(m.ctx)
         m.ctx = NULL
     forget_redo(m, <unsigned long long>-1)
     m.sent = 0
@@ -88,7 +88,7 @@ cdef void drop(Master *m) noexcept nogil:
 cdef void bury(Master *m) noexcept nogil:
     """Closes the socket a deferred drop() kept open (see Master.doomed)."""
     if m.doomed != NULL:
-        redisFree(m.doomed)
+        free_context(m.doomed)
         m.doomed = NULL
 
 

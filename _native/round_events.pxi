@@ -130,7 +130,7 @@ cdef class NativeRound:
                 if tell and self.before_close is not None:
                     self.before_close(hl_context_fd(ctx))
             finally:
-                redisFree(ctx)
+                free_context(ctx)
         return 0
 
     def __dealloc__(self):

@@ -199,4 +199,11 @@ class Engine(Protocol):
         _engines/drain.py before close()."""
         ...
 
+    def closes(self) -> int:
+        """A count of the connections the engines of this kind closed in this process, only
+        ever growing: a driver that keeps sockets registered between rounds (aio/_driver.py)
+        re-registers them when it changed, since a descriptor closed without a round's
+        before_close (in begin(), at the end of a round) can come back as another socket."""
+        ...
+
     def close(self) -> None: ...

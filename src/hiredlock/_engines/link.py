@@ -30,6 +30,12 @@ RECV_BYTES = 65536
 
 CLOSED_BY_MASTER = "connection closed by the master"
 
+# Connections closed by this process's python engines (Link.close): the asyncio driver keeps
+# sockets registered on its loop between rounds, and a change here tells it a registered
+# descriptor may have closed (and its number come back as another socket). Only ever
+# incremented: a lost increment between threads still changes the value.
+closed_count = 0
+
 
 class Broken(OSError):
     """The connection cannot be used; str() is why, as a master's vote detail says it."""
@@ -195,8 +201,10 @@ class Link:
     def close(self) -> None:
         """Closes the connection. Only close(): no bytes are sent, which is what a forked child
         needs too (its parent's copy of the socket stays open and usable)."""
+        global closed_count
         sock, self.sock = self.sock, None
         if sock is not None:
+            closed_count += 1
             sock.close()
         self.channel = None
         self.state = DOWN

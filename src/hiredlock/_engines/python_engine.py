@@ -21,6 +21,7 @@ from .._core.masters import MasterSpec
 from .._core.requests import RoundRequest, SetNx
 from .._core.scripts import CONNECT_TIMEOUT_MIN_MS
 from .._core.scripts import quorum as _quorum_of
+from . import link as _link
 from . import resolver as _resolver
 from .connect import (
     CONNECT_TIMED_OUT,
@@ -130,6 +131,10 @@ class PythonEngine:
             for master in self._masters
             if master.owed and master.sock is not None and master.unsent is None
         ]
+
+    def closes(self) -> int:
+        """(contract: Engine.closes)"""
+        return _link.closed_count
 
     def close(self) -> None:
         """Closes every connection (in a forked child too: closing sends nothing, see drop)."""

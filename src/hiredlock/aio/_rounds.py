@@ -38,11 +38,10 @@ from .._core.requests import (
     RunScript,
     SetNx,
     Steps,
-    items_of,
 )
 from .._core.session import Session, closed_error
 from .._engines.drain import close_draining
-from ._driver import start
+from ._driver import Driver
 
 _ACQUIRE_FENCED_SHA = _scripts.ACQUIRE_FENCED.sha
 
@@ -54,14 +53,29 @@ class _Batch:
     """The requests of one shape that go out together, as one engine round: the requests
     and their callers' futures (a cancelled caller's future is done: its request is left out)."""
 
-    __slots__ = ("done", "flushed", "futures", "requests", "slices")
+    __slots__ = ("done", "flushed", "futures", "over", "requests", "slices")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self) -> None:
         self.requests: list[RoundRequest] = []
         self.futures: list[asyncio.Future[Any]] = []
-        self.slices: list[tuple[asyncio.Future[Any], int, int]] = []  # (future, first, count)
+        # (future, start, stop): the caller's results are results[start:stop]
+        self.slices: list[tuple[asyncio.Future[Any], int, Optional[int]]] = []
         self.flushed = False
-        self.done = loop.create_future()  # set when the engine round is over
+        self.over = False  # the engine round is over
+        # Made only for a task that waits for the end (_settle, drain): most batches have none.
+        self.done: Optional[asyncio.Future[None]] = None
+
+    def end(self) -> None:
+        self.over = True
+        if self.done is not None:
+            self.done.set_result(None)
+
+    async def wait(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Until the engine round is over (a cancellation of the waiter does not stop it)."""
+        if not self.over:
+            if self.done is None:
+                self.done = loop.create_future()
+            await asyncio.shield(self.done)
 
 
 class AsyncRounds:
@@ -72,6 +86,7 @@ class AsyncRounds:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._queued: dict[tuple[Any, ...], _Batch] = {}
         self._engine: Any = None  # made on first use
+        self._driver: Optional[Driver] = None  # the engine's sockets on the loop
         self._in_flight: Optional[_Batch] = None
         self._tasks: set[asyncio.Task[Any]] = set()  # renewals and on_lost coroutines
         self._closing: Optional[asyncio.Future[None]] = None  # done once aclose() began
@@ -86,6 +101,7 @@ class AsyncRounds:
             # The first loop, or a new one after the last was closed: a round left in flight on
             # the closed loop will never end, and its connections owe replies: they go.
             self._loop = loop
+            self._driver = None  # (its registrations went with the closed loop)
             if self._in_flight is not None and self._engine is not None:
                 close_draining(self._engine)
                 self._engine = None
@@ -170,26 +186,31 @@ class AsyncRounds:
         session = self._session
         if session.rounds_closed:
             raise closed_error()
+        if session.closed and (type(request) is SetNx or request.sha == _ACQUIRE_FENCED_SHA):
+            raise closed_error()  # (after aclose() began: only unlocks)
+        future = loop.create_future()
+        if self._in_flight is None and not self._queued:
+            # Nothing in flight (so nothing queued: a batch's end sends the next): this round
+            # goes out now, alone. The rounds asked for while it is in flight go together when
+            # it ends.
+            batch = _Batch()
+            batch.flushed = True
+            batch.slices.append((future, 0, None))
+            self._send(batch, request)
+            return batch, future
         if type(request) is SetNx:
-            if session.closed:
-                raise closed_error()  # (after aclose() began: only unlocks)
             shape: tuple[Any, ...] = (SetNx, request.ttl_ms, request.timeout_ms)
         else:
-            if session.closed and request.sha == _ACQUIRE_FENCED_SHA:
-                raise closed_error()
             # everything but the argvs (a clean-up goes out as the script it runs)
             shape = (RunScript, *request[:3], *request[4:])
-        batch = self._queued.get(shape)
-        if batch is None:
-            batch = self._queued[shape] = _Batch(loop)
-        future = loop.create_future()
-        batch.requests.append(request)
-        batch.futures.append(future)
+        queued = self._queued.get(shape)
+        if queued is None:
+            queued = self._queued[shape] = _Batch()
+        queued.requests.append(request)
+        queued.futures.append(future)
         if self._in_flight is None:
-            # Nothing in flight: this round goes out now. The rounds asked for while it is in
-            # flight go together when it ends.
-            self._flush()
-        return batch, future
+            self._flush()  # (never expected: nothing stays queued while nothing is in flight)
+        return queued, future
 
     async def _uncancelled(self, request: Cleanup) -> Any:
         """A clean-up round (a script): a second cancellation does not stop it (it is bounded by
@@ -207,42 +228,46 @@ class AsyncRounds:
         requests whose future is done); otherwise waits until the batch it went out in is over."""
         if not batch.flushed:
             return
-        done = batch.done
-        while not done.done():
+        while not batch.over:
             try:
-                await asyncio.shield(done)
+                await batch.wait(self.loop())
             except asyncio.CancelledError:
                 continue
 
     # -- batches -------------------------------------------------------------------------------
 
     def _flush(self) -> None:
-        """Sends the oldest queued batch, unless one is in flight (its end sends the next): one
-        engine round, begun here (its commands are written now) and fed by the loop's
-        callbacks."""
+        """Sends the oldest queued batch, unless one is in flight (its end sends the next)."""
         while self._queued and self._in_flight is None:
             shape = next(iter(self._queued))
             batch = self._queued.pop(shape)
             batch.flushed = True
             request = _merged(batch)
             if request is None:  # every caller was cancelled before it went out
-                batch.done.set_result(None)
+                batch.end()
                 continue
-            self._in_flight = batch
-            try:
-                stale = self._session.engine_stale
-                if self._engine is not None and stale is not None and stale(self._engine):
-                    close_draining(self._engine)  # (a cluster's links changed: routing.py)
-                    self._engine = None
-                if self._engine is None:
-                    self._engine = self._session.new_engine()
-                engine = self._engine
+            self._send(batch, request)
+
+    def _send(self, batch: _Batch, request: RoundRequest) -> None:
+        """One engine round for the batch, begun here (its commands are written now) and fed
+        by the loop's callbacks."""
+        self._in_flight = batch
+        try:
+            stale = self._session.engine_stale
+            if self._engine is not None and stale is not None and stale(self._engine):
+                self._close_engine()  # (a cluster's links changed: routing.py)
+            engine = self._engine
+            if engine is None:
+                engine = self._engine = self._session.new_engine()
+            driver = self._driver
+            if driver is None:
                 loop = self._loop
-                assert loop is not None  # (the batch was queued from this loop)
-                rnd = engine.begin(request)
-                start(rnd, loop, functools.partial(self._ended, batch, engine, rnd))
-            except Exception as exc:
-                self._ended(batch, self._engine, None, exc)
+                assert loop is not None  # (the batch was asked for from this loop)
+                driver = self._driver = Driver(loop, engine)
+            rnd = engine.begin(request)
+            driver.start(rnd, functools.partial(self._ended, batch, engine, rnd))
+        except Exception as exc:
+            self._ended(batch, self._engine, None, exc)
 
     def _ended(self, batch: _Batch, engine: Any, rnd: Any, exc: Optional[BaseException]) -> None:
         """A batch's round is over: each caller gets its slice of the results (or the error),
@@ -252,17 +277,17 @@ class AsyncRounds:
                 results = engine.finish(rnd)
         except Exception as error:
             exc = error
-        for future, first, count in batch.slices:
+        for future, start, stop in batch.slices:
             if future.done():
                 continue  # its task was cancelled meanwhile
             if exc is None:
-                future.set_result(results[first : first + count])
+                future.set_result(results[start:stop])
             else:
                 future.set_exception(
                     exc if isinstance(exc, Exception) else HiredlockError(repr(exc))
                 )
         self._in_flight = None
-        batch.done.set_result(None)
+        batch.end()
         if self._queued and not self._session.rounds_closed:
             self._flush()
 
@@ -272,7 +297,7 @@ class AsyncRounds:
         """Waits for every batch queued or in flight to end (each within its timeouts)."""
         # (nothing stays queued while nothing is in flight: a batch's end sends the next)
         while self._in_flight is not None:
-            await self._in_flight.done
+            await self._in_flight.wait(self.loop())
 
     async def stop_tasks(self) -> None:
         tasks = [task for task in self._tasks if task is not asyncio.current_task()]
@@ -297,7 +322,14 @@ class AsyncRounds:
     def close(self) -> None:
         """Closes the connections (after drain(): no batch is in flight any more, and the
         session's rounds_closed is set: no round goes out from here on)."""
+        self._close_engine()
+
+    def _close_engine(self) -> None:
+        """Closes the engine, its sockets off the loop first (see aio/_driver.py: closes)."""
         engine, self._engine = self._engine, None
+        driver, self._driver = self._driver, None
+        if driver is not None:
+            driver.clear()
         if engine is not None:
             close_draining(engine)
 
@@ -315,7 +347,7 @@ def _merged(batch: _Batch) -> Optional[RoundRequest]:
         return None
     if len(live) == 1:
         future, request = live[0]
-        slices.append((future, 0, items_of(request)))
+        slices.append((future, 0, None))
         return request
     position = 0
     first = live[0][1]
@@ -324,7 +356,7 @@ def _merged(batch: _Batch) -> Optional[RoundRequest]:
         tokens: list[bytes] = []
         for future, request in live:
             count = len(request.keys)  # type: ignore[union-attr]
-            slices.append((future, position, count))
+            slices.append((future, position, position + count))
             position += count
             keys.extend(request.keys)  # type: ignore[union-attr]
             tokens.extend(request.tokens)  # type: ignore[union-attr]
@@ -332,7 +364,7 @@ def _merged(batch: _Batch) -> Optional[RoundRequest]:
     argvs: list[tuple[bytes, ...]] = []
     for future, request in live:
         count = len(request.argvs)  # type: ignore[union-attr]
-        slices.append((future, position, count))
+        slices.append((future, position, position + count))
         position += count
         argvs.extend(request.argvs)  # type: ignore[union-attr]
     return first._replace(argvs=argvs)

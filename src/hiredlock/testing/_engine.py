@@ -226,5 +226,8 @@ class MemoryEngine:
     def owed_fds(self) -> list[int]:
         return []  # (no connection)
 
+    def closes(self) -> int:
+        return 0  # (no connection)
+
     def close(self) -> None:
         return None
