@@ -107,7 +107,8 @@ class Lock(WithStatement, LockBase):
                     self._end_turn(turn)
                     self._turn_missed(waited_from)
                     return False
-            acquired: bool = self._rounds.run(self._acquire_steps(blocking, deadline_ns), self._pin)
+            steps = self._acquire_steps(blocking, deadline_ns, turn)
+            acquired: bool = self._rounds.run(steps, self._pin)
             if turn is not None:
                 # (in here: an interrupt as the turn ends gives the lock back, below)
                 self._end_turn(turn)

@@ -5,15 +5,21 @@ a lock object of its own (threads for the sync API, tasks for asyncio's)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from typing import Any, Callable
 
+from aio_support import run_async  # noqa: F401  (the fixture)
 from apis import make_redlock_fixture, pytest_generate_tests  # noqa: F401  (both APIs)
-from support import wait_until
+from support import braced, urls, values, wait_until
 
 from hiredlock import Event
+from hiredlock.aio import AsyncRedlock
 
 WAITERS = 6
 SHORT_TIMEOUT = 0.3
+# A retry timer (10 to 30 s) that never fires within a test: what wakes a waiter is a release.
+SLOW_RETRY = 20.0
 
 
 def attempts_made(server) -> int:
@@ -92,3 +98,155 @@ def test_every_waiter_gets_a_turn_and_the_lock(make_redlock, masters5, key):
         thread.join(60)
     assert done == [True] * WAITERS and most[0] == 1
     assert all(server.admin().get(key) is None for server in masters5[:3])
+
+
+# -- the turn after a sibling's that took the lock -------------------------------------------------
+
+
+class InThread:
+    """fn() in a thread of its own (a task of its own on the async API, through the facade)."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self.thread.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self.value = fn()
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def result(self, timeout: float = 60) -> Any:
+        assert self.done.wait(timeout), f"the thread did not finish within {timeout} s"
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def _client(rl: Any) -> Any:
+    return getattr(rl, "_target", rl)  # (the AsyncRedlock behind the async API's facade)
+
+
+def waits_on_notices(rl, key) -> int:
+    """The client's waits now under way on the release notices of `key`."""
+    board = _client(rl)._session.notices._board
+    return len(board.waiters.get(b"hiredlock:released:" + braced(key), ()))
+
+
+def waiting_for_a_turn(rl) -> bool:
+    """Whether some acquire of the client waits for its turn."""
+    try:
+        return any(gate.waiting for gate in list(_client(rl)._session.turns._gates.values()))
+    except RuntimeError:  # (the loop's thread changed a gate meanwhile: asked again)
+        return False
+
+
+def test_after_a_sibling_took_the_lock_the_next_waiter_waits_for_its_release(
+    make_redlock, masters5, key
+):
+    """The turn after one whose acquire took the lock (a sibling in the client holds it) makes
+    no attempt while the lock stays held: it waits for the release, then gets the lock with one
+    attempt (its acquired event says 1; its first attempt used to go out at once and find the
+    lock held)."""
+    events: list[Event] = []
+    servers = masters5[:3]
+    foreign = make_redlock(urls(servers)).lock(key, 60)
+    assert foreign.acquire(blocking=False)
+    rl = make_redlock(urls(servers), retry_delay=SLOW_RETRY, on_event=events.append)
+    first, second = rl.lock(key, 60), rl.lock(key, 60)
+    took_first = InThread(lambda: first.acquire(timeout=60))
+    wait_until(lambda: waits_on_notices(rl, key) == 1, 10, "the first waiter refused, waiting")
+    took_second = InThread(lambda: second.acquire(timeout=60))
+    wait_until(lambda: waiting_for_a_turn(rl), 10, "the second waiter behind the first")
+    foreign.release()  # (its notices wake the first waiter; late ones must not wake the second)
+    assert took_first.result() is True
+    wait_until(lambda: waits_on_notices(rl, key) == 1, 10, "the second waiter waiting")
+    assert not took_second.done.is_set()
+    first.release()
+    assert took_second.result() is True
+    acquired = [event for event in events if event.kind == "acquired"]
+    assert len(acquired) == 2 and acquired[1].attempts == 1, acquired
+    second.release()
+    assert all(server.admin().get(key) is None for server in servers)
+
+
+def test_after_a_sibling_took_the_lock_the_next_waiter_still_tries_at_its_timer(
+    make_redlock, masters5, key
+):
+    """No release comes (the sibling keeps the lock): the waiter after it still tries the
+    masters at its retry timer (every 25 to 75 ms here), and gives up at its deadline, refused
+    (its acquire_failed event counts its attempts: more than the one after its deadline)."""
+    events: list[Event] = []
+    servers = masters5[:3]
+    foreign = make_redlock(urls(servers)).lock(key, 60)
+    assert foreign.acquire(blocking=False)
+    rl = make_redlock(urls(servers), retry_delay=0.05, on_event=events.append)
+    first, second = rl.lock(key, 60), rl.lock(key, 60)
+    took_first = InThread(lambda: first.acquire(timeout=60))
+    wait_until(lambda: waits_on_notices(rl, key) == 1, 10, "the first waiter refused, waiting")
+    took_second = InThread(lambda: second.acquire(timeout=1.0))
+    wait_until(lambda: waiting_for_a_turn(rl), 10, "the second waiter behind the first")
+    foreign.release()
+    assert took_first.result() is True
+    assert took_second.result() is False
+    failed = [event for event in events if event.kind == "acquire_failed"]
+    assert len(failed) == 1 and failed[0].attempts >= 2, failed
+    assert failed[0].reason == "not_acquired"
+    first.release()
+    assert all(server.admin().get(key) is None for server in servers)
+
+
+def test_a_waiter_cancelled_while_its_sibling_holds_the_lock(engine, masters5, key, run_async):  # noqa: F811
+    """asyncio: three tasks of one client wait on a name held elsewhere. The first takes it when
+    it is released; the second, whose turn comes next, is cancelled while it waits for the
+    first's release: CancelledError, no attempt made (its acquire_failed event: interrupted, 0
+    attempts). The third gets the turn, waits for that release in its turn, and takes the lock
+    with one attempt. Nothing is left on the masters."""
+    servers = masters5[:3]
+
+    async def until(condition: Callable[[], bool], what: str) -> None:
+        try:
+            async with asyncio.timeout(10):
+                while not condition():  # (each look gives the other tasks their turn of the loop)
+                    await asyncio.sleep(0.001)
+        except TimeoutError:
+            raise AssertionError(f"timed out waiting for: {what}") from None
+
+    async def main() -> tuple[list[Event], Any]:
+        events: list[Event] = []
+        async with AsyncRedlock(urls(servers), backend=engine) as other:
+            foreign = other.lock(key, 60)
+            assert await foreign.acquire(blocking=False)
+            async with AsyncRedlock(
+                urls(servers), backend=engine, retry_delay=SLOW_RETRY, on_event=events.append
+            ) as rl:
+                first, second, third = (rl.lock(key, 60) for _ in range(3))
+                took_first = asyncio.create_task(first.acquire(timeout=60))
+                await until(lambda: waits_on_notices(rl, key) == 1, "the first waiter waiting")
+                took_second = asyncio.create_task(second.acquire(timeout=60))
+                took_third = asyncio.create_task(third.acquire(timeout=60))
+                await until(lambda: waiting_for_a_turn(rl), "the others behind it")
+                await foreign.release()
+                assert await took_first is True
+                await until(lambda: waits_on_notices(rl, key) == 1, "the second one waiting")
+                took_second.cancel()
+                second_ended = (await asyncio.gather(took_second, return_exceptions=True))[0]
+                await until(lambda: waits_on_notices(rl, key) == 1, "the third one waiting")
+                await first.release()
+                assert await took_third is True
+                await third.release()
+        return events, second_ended
+
+    events, second_ended = run_async(main())
+    assert isinstance(second_ended, asyncio.CancelledError), second_ended
+    failed = [event for event in events if event.kind == "acquire_failed"]
+    assert [(event.reason, event.attempts) for event in failed] == [("interrupted", 0)], failed
+    acquired = [event for event in events if event.kind == "acquired"]
+    assert len(acquired) == 2 and acquired[1].attempts == 1, acquired
+    assert values(servers, key) == [None] * len(servers)

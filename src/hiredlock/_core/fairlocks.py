@@ -54,11 +54,11 @@ class FairBase(LockBase):
         self._order = b""
         self._held_ticket = b""  # the holder's ticket, for its release
 
-    def _attempts(self, blocking: Any, deadline_ns: Optional[int]) -> Steps:
+    def _attempts(self, blocking: Any, deadline_ns: Optional[int], turn: Any = None) -> Steps:
         """LockBase's attempts, in a place of the queue taken by the first one and left when
-        the call ends without the lock."""
+        the call ends without the lock (a fair lock takes no turns: `turn` is None)."""
         try:
-            acquired = yield from LockBase._attempts(self, blocking, deadline_ns)
+            acquired = yield from LockBase._attempts(self, blocking, deadline_ns, turn)
         except BaseException:
             yield from self._leave_steps()
             raise

@@ -222,18 +222,26 @@ class Retrying:
             )
         if not self._blocking:
             return None
-        delay = policy.retry_delay * random.uniform(0.5, 1.5)
-        if self._deadline_ns is None:
-            return delay
-        remaining = (self._deadline_ns - _clock.monotonic_ns()) / 1e9
-        if remaining <= 0:
-            if self._unreachable:
-                raise QuorumUnreachable(
-                    f"lock {self._name!r}: too few masters answered before the deadline",
-                    tuple(votes),
-                )
-            return None
-        return min(delay, remaining)
+        delay = retry_delay_until(policy.retry_delay, self._deadline_ns)
+        if delay is None and self._unreachable:
+            raise QuorumUnreachable(
+                f"lock {self._name!r}: too few masters answered before the deadline",
+                tuple(votes),
+            )
+        return delay
+
+
+def retry_delay_until(retry_delay: float, deadline_ns: Optional[int]) -> Optional[float]:
+    """How long a waiter waits before its next attempt when nothing wakes it sooner: 0.5 to 1.5 x
+    retry_delay at random, never past the deadline (monotonic ns; None: none); None when the
+    deadline has passed."""
+    delay = retry_delay * random.uniform(0.5, 1.5)
+    if deadline_ns is None:
+        return delay
+    remaining = (deadline_ns - _clock.monotonic_ns()) / 1e9
+    if remaining <= 0:
+        return None
+    return min(delay, remaining)
 
 
 # -- waiting marks (a read-write lock's, a fair lock's queue) -------------------------------------

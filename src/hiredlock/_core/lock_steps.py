@@ -63,24 +63,38 @@ class LockBase(LockState):
         self._leave_gate_unless_held()
 
     def _end_turn(self, turn: Any) -> None:
-        """The acquire's call ended: its turn (if it got it) goes to the next waiter."""
+        """The acquire's call ended: its turn (if it got it) goes to the next waiter, told
+        when this lock object holds the lock now (see Turns.took)."""
+        turns = self._session.turns
         if turn.mine():
+            if self._token is not None:
+                turns.took(self._key, (self, self._acquisition))
             turn.leave()
-        self._session.turns.done(self._key, turn)
+        turns.done(self._key, turn)
 
-    def _acquire_steps(self, blocking: Any, deadline_ns: Optional[int]) -> Steps:
+    def _valid_while(self, acquisition: int) -> int:
+        """Until when (monotonic ns) this lock is valid if it still holds the lock it took in
+        `acquisition` (not let go, not lost); 0 when it does not."""
+        if self._acquisition != acquisition or self._token is None or self._lost:
+            return 0
+        return self._valid_until_ns
+
+    def _acquire_steps(self, blocking: Any, deadline_ns: Optional[int], turn: Any = None) -> Steps:
         """Attempts until acquired (True), given up (False) or refused (an exception), until
         `deadline_ns` (see acquire_deadline, which checks the arguments before any I/O); counted
-        as under way for the client's close() (see Session.begin_acquire).
+        as under way for the client's close() (see Session.begin_acquire). `turn`: the gate of
+        the turn the caller holds (see _turn_gate), or None.
 
         (Not a generator itself: the steps are counted_acquire's, one generator fewer on every
         acquire's path.)"""
-        return counted_acquire(self._session, self._attempts(blocking, deadline_ns))
+        return counted_acquire(self._session, self._attempts(blocking, deadline_ns, turn))
 
-    def _attempts(self, blocking: Any, deadline_ns: Optional[int]) -> Steps:
+    def _attempts(self, blocking: Any, deadline_ns: Optional[int], turn: Any = None) -> Steps:
         """The attempts of _acquire_steps.
 
-        This lock's state is checked first, before any request.
+        This lock's state is checked first, before any request. In a turn that follows one
+        whose call took the lock (a sibling in this client holds it: see _core/turns.py), the
+        first attempt waits for its release first (see _while_sibling_holds).
 
         An attempt that fails unlocks every master. An exception in the middle of one (Ctrl-C,
         a signal handler's exception, a cancelled task, an engine error, the client closed as
@@ -105,6 +119,7 @@ class LockBase(LockState):
             self._forget_expired()
         retrying = None
         notices = self._notices
+        channel: Any = None
         if notices is not None:
             channel = self._channel
             if channel is None:
@@ -113,6 +128,10 @@ class LockBase(LockState):
         session = self._session
         refused = began = 0  # this call's attempts refused so far, and when the first began
         suffix = self._suffix  # (an owner label: stored after each token)
+        if turn is not None:
+            holder = session.turns.holder(self._key)
+            if holder is not None:
+                yield from self._while_sibling_holds(holder, deadline_ns, channel)
         while True:
             if session.closed:  # (closed during the pause: no more attempts)
                 self._not_taken("closed", began, refused, refused)
@@ -178,6 +197,36 @@ class LockBase(LockState):
                 why = _observe.failure_reason(exc, session.closed)
                 self._not_taken(why, began, refused, refused)
                 raise
+
+    def _while_sibling_holds(
+        self, holder: tuple[LockBase, int], deadline_ns: Optional[int], channel: Any
+    ) -> Steps:
+        """Before the first attempt of a turn that follows one whose call took the lock: while
+        that lock object (`holder`: a sibling in this client, and its acquisition) holds it, a
+        wait for a release notice on `channel` or the retry timer, whichever comes first (none
+        once the deadline has passed). A notice that comes while the sibling still holds the
+        lock (a late one of an earlier release) does not end the wait, the end of the sibling's
+        validity does. The attempt after it is made whatever ended it."""
+        session = self._session
+        delay = _judgement.retry_delay_until(session.retry_delay, deadline_ns)
+        if delay is None:
+            return
+        sibling, acquisition = holder
+        notices = self._notices
+        now = waited_from = _clock.monotonic_ns()
+        until = now + int(delay * 1e9)
+        try:
+            while not session.closed:
+                # (the notices heard before the look at the sibling: one after it ends the pause)
+                seen = 0 if notices is None else heard_on(notices.heard, channel)
+                wait_ns = min(until, sibling._valid_while(acquisition)) - now
+                if wait_ns <= 0:
+                    return
+                yield Pause(wait_ns / 1e9, notices, channel, 0.0, seen, session.closing)
+                now = _clock.monotonic_ns()
+        except BaseException as exc:  # (interrupted in the pause)
+            self._not_taken(_observe.failure_reason(exc, session.closed), waited_from, 0, 0)
+            raise
 
     def _not_taken(self, reason: str, began: int, tries: int, refused: int) -> None:
         """The acquire_failed event of a call that ends without the lock (if someone listens):

@@ -9,23 +9,34 @@ lock taken, given up or an exception). The masters still decide who holds the lo
 spares them attempts that would split the votes. Other processes contend as before, one waiter
 each.
 
-A gate is made on a name's first blocking acquire and dropped when nobody holds or waits on it.
-Non-blocking acquires (one attempt) and the kinds that take no turns (fair, read-write, semaphore
-permits, multilocks: their waiters do not exclude each other, or queue on the masters) skip it.
+A turn that ends with the lock taken leaves a note: which lock object took it (a sibling of the
+next waiters, in this client) and in which acquisition. The next waiter's first attempt would find
+the lock held: while that sibling still holds it (not released, lost or past its validity), the
+waiter waits for a release notice or its retry timer before it tries the masters (see
+LockBase._while_sibling_holds); a notice that comes while the sibling still holds it (a late one
+of an earlier release) does not end that wait. A hint only: the attempt after the wait is judged
+over a quorum like any other, and nothing the sibling does locally stands in for it.
+
+A gate is made on a name's first blocking acquire and dropped, with its note, when nobody holds or
+waits on it. Non-blocking acquires (one attempt) and the kinds that take no turns (fair,
+read-write, semaphore permits, multilocks: their waiters do not exclude each other, or queue on
+the masters) skip it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 
 class Turns:
     """One client's gates, by lock key."""
 
-    __slots__ = ("_gates",)
+    __slots__ = ("_gates", "_holders")
 
     def __init__(self) -> None:
         self._gates: dict[bytes, Any] = {}
+        # key -> (the lock object whose turn ended with the lock taken, its acquisition)
+        self._holders: dict[bytes, tuple[Any, int]] = {}
 
     def gate(self, key: bytes, new_gate: Callable[[], Any]) -> Any:
         """The gate of `key` (made with new_gate() if there is none)."""
@@ -34,9 +45,20 @@ class Turns:
             gate = self._gates.setdefault(key, new_gate())
         return gate
 
+    def took(self, key: bytes, holder: tuple[Any, int]) -> None:
+        """A turn ends with the lock taken (told by its holder before it leaves the gate):
+        `holder` is (the lock object, its acquisition). A turn that ends without it leaves the
+        note as it was (whether that holder still holds the lock is the next waiter's look)."""
+        self._holders[key] = holder
+
+    def holder(self, key: bytes) -> Optional[tuple[Any, int]]:
+        """How the turn before the caller's ended (see ended), read in the caller's turn."""
+        return self._holders.get(key)
+
     def done(self, key: bytes, gate: Any) -> None:
         """After a turn ends: the gate is dropped once nobody holds it or waits on it. (Two
         threads may race here and make a second gate for a moment: two waiters then contend at
         once, as they would without turns.)"""
         if not gate.held and not gate.waiting and self._gates.get(key) is gate:
             del self._gates[key]
+            self._holders.pop(key, None)

@@ -93,7 +93,8 @@ class AsyncLock(AsyncWithStatement, LockBase):
                 if not await turn.enter(deadline_ns):  # other waiters' turns until the deadline
                     self._turn_missed(waited_from)
                     return False
-            acquired: bool = await self._rounds.run(self._acquire_steps(blocking, deadline_ns))
+            steps = self._acquire_steps(blocking, deadline_ns, turn)
+            acquired: bool = await self._rounds.run(steps)
         except BaseException:
             self._leave_gate_unless_held()
             raise
