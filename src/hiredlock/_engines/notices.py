@@ -355,18 +355,24 @@ class NoticeBoard:
         self._nodes = nodes
         self.subscribers = self._fixed + list(nodes.values())
 
-    def readable(self, subscriber: Subscriber, now: float) -> None:
+    def readable(self, subscriber: Subscriber, now: float) -> bool:
+        """Reads what came on a subscriber's socket and wakes the waiters of the channels it
+        announced. True when a subscriber's socket or what it waits for may have changed (the
+        driver looks again; not after notices alone)."""
         was_up = subscriber.state == READY
+        events = subscriber.events_wanted()
         try:
             messages = subscriber.on_readable()
         except SubscriberRefused:
             self.drop(subscriber, now, REFUSED_RETRY_S)
-            return
+            return True
         except (OSError, TLSError, ProtocolError):
             self.drop(subscriber, now)
-            return
+            return True
+        changed = not was_up or subscriber.events_wanted() != events
         if not subscriber.asked and subscriber.state == READY and self.waiters:
             self.service(now)  # (asked again: the master knows no SSUBSCRIBE, or a slot moved)
+            changed = True
         for kind, channel in messages:
             if kind == b"message":
                 self.wake(channel)
@@ -376,6 +382,7 @@ class NoticeBoard:
                 self.wake(channel)  # the first master that will tell us: try again now
         if not was_up and subscriber.state == READY:
             self.service(now)  # its subscriptions go out at once
+        return changed
 
     def writable(self, subscriber: Subscriber, now: float) -> None:
         was_up = subscriber.state == READY

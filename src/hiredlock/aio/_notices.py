@@ -213,9 +213,10 @@ class LoopNotices:
 
     def _on_readable(self, subscriber: Subscriber) -> None:
         now = time.monotonic()
-        self._board.readable(subscriber, now)
-        self._watch()
-        self._schedule(now)  # (it may have gone down, or come up)
+        # (notices alone change no socket and nothing due: the waits they end look again)
+        if self._board.readable(subscriber, now):
+            self._watch()
+            self._schedule(now)  # (it may have gone down, or come up)
 
     def _on_writable(self, subscriber: Subscriber) -> None:
         now = time.monotonic()
