@@ -38,7 +38,7 @@ from .connect import direct_address
 from .link import CONNECTING, READY, Link
 from .master_policy import Backoff
 from .poller import POLLIN, POLLOUT, new_poller
-from .resp import NOT_READY, ProtocolError, ReplyError, pack_command
+from .resp import NOT_READY, ProtocolError, ReplyError, leading_notices, pack_command
 from .routing import RoutedEngines
 from .tls import TLSError
 
@@ -149,8 +149,15 @@ class Subscriber(Link):
         data = self.receive()
         if not data:
             return []
-        self.reader.feed(data)
         out: list[tuple[bytes, bytes]] = []
+        if not self._logins_owed and not self.reader.pending():
+            channels, taken = leading_notices(data)
+            if channels:
+                out = [(b"message", channel) for channel in channels]
+                if taken == len(data):
+                    return out
+                data = data[taken:]
+        self.reader.feed(data)
         while True:
             reply = self.reader.get()
             if reply is NOT_READY:

@@ -191,3 +191,36 @@ class Reader:
                 items.append(item)
             return items, at
         raise ProtocolError(f"unexpected reply type {bytes(buf[pos : pos + 1])!r}")
+
+
+# A release notice as a master pushes it (the scripts publish an empty payload: see
+# _core/scripts.py), sharded or not: most of what a release-notice subscriber reads
+# (_engines/notices.py), so read without the Reader (leading_notices).
+_SMESSAGE_HEAD = b"*3\r\n$8\r\nsmessage\r\n$"
+_MESSAGE_HEAD = b"*3\r\n$7\r\nmessage\r\n$"
+_EMPTY_PAYLOAD = b"\r\n$0\r\n\r\n"
+
+
+def leading_notices(data: bytes) -> tuple[list[bytes], int]:
+    """The channels of the release notices (whole `message` or `smessage` pushes with an empty
+    payload) at the head of `data`, and where the rest begins: anything else, or a push not
+    whole yet, is left to the Reader."""
+    channels: list[bytes] = []
+    pos = 0
+    while True:
+        if data.startswith(_SMESSAGE_HEAD, pos):
+            head = pos + len(_SMESSAGE_HEAD)
+        elif data.startswith(_MESSAGE_HEAD, pos):
+            head = pos + len(_MESSAGE_HEAD)
+        else:
+            return channels, pos
+        crlf = data.find(b"\r\n", head, head + 21)  # (the channel's length: 19 digits at most)
+        digits = data[head:crlf]
+        if crlf < 0 or not digits.isdigit():
+            return channels, pos
+        start = crlf + 2
+        stop = start + int(digits)
+        if data[stop : stop + len(_EMPTY_PAYLOAD)] != _EMPTY_PAYLOAD:
+            return channels, pos
+        channels.append(data[start:stop])
+        pos = stop + len(_EMPTY_PAYLOAD)
