@@ -6,11 +6,14 @@ a lock object of its own (threads for the sync API, tasks for asyncio's)."""
 from __future__ import annotations
 
 import asyncio
+import functools
+import gc
 import threading
+import weakref
 from typing import Any, Callable
 
 from aio_support import run_async  # noqa: F401  (the fixture)
-from apis import make_redlock_fixture, pytest_generate_tests  # noqa: F401  (both APIs)
+from apis import make_redlock_fixture, pytest_generate_tests, sync_only  # noqa: F401
 from support import braced, urls, values, wait_until
 
 from hiredlock import Event
@@ -200,6 +203,31 @@ def test_after_a_sibling_took_the_lock_the_next_waiter_still_tries_at_its_timer(
     assert failed[0].reason == "not_acquired"
     first.release()
     assert all(server.admin().get(key) is None for server in servers)
+
+
+@sync_only("the async API's facade keeps the objects it wraps")
+def test_a_held_lock_its_caller_dropped_is_not_kept_by_the_turns(make_redlock, masters5, key):
+    """A lock object whose turn took the lock, dropped by its caller while held (it is neither
+    kept alive nor renewed: its keys expire with their ttl), is not kept alive either by the
+    note its turn left for the waiter after it."""
+    servers = masters5[:3]
+    foreign = make_redlock(urls(servers)).lock(key, 60)
+    assert foreign.acquire(blocking=False)
+    rl = make_redlock(urls(servers), retry_delay=SLOW_RETRY)
+    first, second = rl.lock(key, 60), rl.lock(key, 60)
+    took_first = InThread(functools.partial(first.acquire, timeout=60))
+    wait_until(lambda: waits_on_notices(rl, key) == 1, 10, "the first waiter refused, waiting")
+    took_second = InThread(lambda: second.acquire(timeout=1.0))
+    wait_until(lambda: waiting_for_a_turn(rl), 10, "the second waiter behind the first")
+    foreign.release()
+    assert took_first.result() is True
+    dropped = weakref.ref(first)
+    del first
+    gc.collect()
+    assert dropped() is None, "the turns kept a held lock its caller dropped"
+    assert took_second.result() is False  # (the dropped lock's keys live until their ttl)
+    for server in servers:
+        server.admin().delete(key)
 
 
 def test_a_waiter_cancelled_while_its_sibling_holds_the_lock(engine, masters5, key, run_async):  # noqa: F811

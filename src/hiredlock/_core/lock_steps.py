@@ -9,6 +9,7 @@ back.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any, Optional
 
@@ -67,17 +68,10 @@ class LockBase(LockState):
         when this lock object holds the lock now (see Turns.took)."""
         turns = self._session.turns
         if turn.mine():
-            if self._token is not None:
-                turns.took(self._key, (self, self._acquisition))
+            if self._token is not None:  # (weak: a held lock its caller dropped is not kept)
+                turns.took(self._key, (weakref.ref(self), self._acquisition))
             turn.leave()
         turns.done(self._key, turn)
-
-    def _valid_while(self, acquisition: int) -> int:
-        """Until when (monotonic ns) this lock is valid if it still holds the lock it took in
-        `acquisition` (not let go, not lost); 0 when it does not."""
-        if self._acquisition != acquisition or self._token is None or self._lost:
-            return 0
-        return self._valid_until_ns
 
     def _acquire_steps(self, blocking: Any, deadline_ns: Optional[int], turn: Any = None) -> Steps:
         """Attempts until acquired (True), given up (False) or refused (an exception), until
@@ -199,14 +193,14 @@ class LockBase(LockState):
                 raise
 
     def _while_sibling_holds(
-        self, holder: tuple[LockBase, int], deadline_ns: Optional[int], channel: Any
+        self, holder: tuple[weakref.ref[LockBase], int], deadline_ns: Optional[int], channel: Any
     ) -> Steps:
         """Before the first attempt of a turn that follows one whose call took the lock: while
-        that lock object (`holder`: a sibling in this client, and its acquisition) holds it, a
-        wait for a release notice on `channel` or the retry timer, whichever comes first (none
-        once the deadline has passed). A notice that comes while the sibling still holds the
-        lock (a late one of an earlier release) does not end the wait, the end of the sibling's
-        validity does. The attempt after it is made whatever ended it."""
+        that lock object (`holder`: a sibling in this client, weakly, and its acquisition) holds
+        it, a wait for a release notice on `channel` or the retry timer, whichever comes first
+        (none once the deadline has passed). A notice that comes while the sibling still holds
+        the lock (a late one of an earlier release) does not end the wait, the end of the
+        sibling's validity does. The attempt after it is made whatever ended it."""
         session = self._session
         delay = _judgement.retry_delay_until(session.retry_delay, deadline_ns)
         if delay is None:
@@ -219,7 +213,7 @@ class LockBase(LockState):
             while not session.closed:
                 # (the notices heard before the look at the sibling: one after it ends the pause)
                 seen = 0 if notices is None else heard_on(notices.heard, channel)
-                wait_ns = min(until, sibling._valid_while(acquisition)) - now
+                wait_ns = min(until, valid_while(sibling, acquisition)) - now
                 if wait_ns <= 0:
                     return
                 yield Pause(wait_ns / 1e9, notices, channel, 0.0, seen, session.closing)
@@ -486,6 +480,15 @@ class LockBase(LockState):
             renewal=True,
         )
         return None
+
+
+def valid_while(lock: weakref.ref[LockBase], acquisition: int) -> int:
+    """Until when (monotonic ns) `lock` is valid if it still holds the lock it took in
+    `acquisition` (not let go, not lost, not dropped by its caller); 0 when it does not."""
+    held = lock()
+    if held is None or held._acquisition != acquisition or held._token is None or held._lost:
+        return 0
+    return held._valid_until_ns
 
 
 def counted_acquire(session: Session, attempts: Steps) -> Steps:

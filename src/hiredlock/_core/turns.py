@@ -35,7 +35,8 @@ class Turns:
 
     def __init__(self) -> None:
         self._gates: dict[bytes, Any] = {}
-        # key -> (the lock object whose turn ended with the lock taken, its acquisition)
+        # key -> (a weak reference to the lock object whose turn ended with the lock taken, its
+        # acquisition)
         self._holders: dict[bytes, tuple[Any, int]] = {}
 
     def gate(self, key: bytes, new_gate: Callable[[], Any]) -> Any:
@@ -47,8 +48,9 @@ class Turns:
 
     def took(self, key: bytes, holder: tuple[Any, int]) -> None:
         """A turn ends with the lock taken (told by its holder before it leaves the gate):
-        `holder` is (the lock object, its acquisition). A turn that ends without it leaves the
-        note as it was (whether that holder still holds the lock is the next waiter's look)."""
+        `holder` is (a weak reference to the lock object, its acquisition). A turn that ends
+        without it leaves the note as it was (whether that holder still holds the lock is the
+        next waiter's look)."""
         self._holders[key] = holder
 
     def holder(self, key: bytes) -> Optional[tuple[Any, int]]:
