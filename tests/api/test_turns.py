@@ -12,11 +12,12 @@ import threading
 import weakref
 from typing import Any, Callable
 
+import pytest
 from aio_support import run_async  # noqa: F401  (the fixture)
 from apis import make_redlock_fixture, pytest_generate_tests, sync_only  # noqa: F401
 from support import braced, urls, values, wait_until
 
-from hiredlock import Event
+from hiredlock import Event, HiredlockError
 from hiredlock.aio import AsyncRedlock
 
 WAITERS = 6
@@ -203,6 +204,28 @@ def test_after_a_sibling_took_the_lock_the_next_waiter_still_tries_at_its_timer(
     assert failed[0].reason == "not_acquired"
     first.release()
     assert all(server.admin().get(key) is None for server in servers)
+
+
+def test_closing_the_client_ends_the_wait_for_a_siblings_release(make_redlock, masters5, key):
+    """close() while a waiter waits for its sibling's release (its retry timer 10 to 30 s
+    away): the wait ends, and its acquire raises HiredlockError (the client is closed) well
+    before that timer."""
+    servers = masters5[:3]
+    foreign = make_redlock(urls(servers)).lock(key, 60)
+    assert foreign.acquire(blocking=False)
+    rl = make_redlock(urls(servers), retry_delay=SLOW_RETRY)
+    first, second = rl.lock(key, 60), rl.lock(key, 60)
+    took_first = InThread(lambda: first.acquire(timeout=60))
+    wait_until(lambda: waits_on_notices(rl, key) == 1, 10, "the first waiter refused, waiting")
+    took_second = InThread(lambda: second.acquire(timeout=60))
+    wait_until(lambda: waiting_for_a_turn(rl), 10, "the second waiter behind the first")
+    foreign.release()
+    assert took_first.result() is True
+    wait_until(lambda: waits_on_notices(rl, key) == 1, 10, "the second waiter waiting")
+    rl.close()
+    with pytest.raises(HiredlockError):
+        took_second.result(timeout=8)  # (the retry timer: 10 s at the earliest)
+    assert all(server.admin().get(key) is None for server in servers)  # (close() released)
 
 
 @sync_only("the async API's facade keeps the objects it wraps")
