@@ -54,7 +54,8 @@ class Turns:
         self._holders[key] = holder
 
     def holder(self, key: bytes) -> Optional[tuple[Any, int]]:
-        """How the turn before the caller's ended (see ended), read in the caller's turn."""
+        """The note of the last turn that ended with the lock taken (see took), read by the
+        waiter whose turn it is."""
         return self._holders.get(key)
 
     def done(self, key: bytes, gate: Any) -> None:
