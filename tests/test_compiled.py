@@ -33,7 +33,9 @@ def pxd_fields(pxd: Path) -> dict[str, set[str]]:
     for line in pxd.read_text().splitlines():
         if match := re.match(r"cdef class (\w+)", line):
             current = classes.setdefault(match.group(1), set())
-        elif current is not None and (match := re.match(r"    cdef (?:public )?\w+ (\w+)$", line)):
+        elif current is not None and (
+            match := re.match(r"    cdef (?:public )?\w+ (\w+)\s*(#.*)?$", line)
+        ):
             current.add(match.group(1))
     return classes
 

@@ -6,6 +6,9 @@
 #
 # Python subclasses (Lock, AsyncLock, the other kinds) may override any method, cpdef ones too.
 
+from hiredlock._core.session cimport Session
+
+
 cdef class LockState:
     # weak references to lock objects: the session's registry of held locks, a turn's holder
     cdef object __weakref__
@@ -41,7 +44,7 @@ cdef class LockState:
     cdef public object _released_ns
     cdef public object _renewed
     cdef public object _rounds
-    cdef public object _session
+    cdef public Session _session  # (read on every round's path: its quorum, held, closed)
     cdef public object _suffix
     cdef public object _timeout_ms
     cdef public object _token
