@@ -64,6 +64,8 @@ SDIST_REQUIRED = (
     "src/hiredlock/_core/lock_state.pxd",
     "src/hiredlock/_core/lock_steps.pxd",
     "src/hiredlock/_sync/gate.pxd",
+    "src/hiredlock/_core/session.pxd",
+    "src/hiredlock/_engines/pool.pxd",
     "src/hiredlock/__init__.py",
     "src/hiredlock/py.typed",
     "src/hiredlock/_native.pyi",
@@ -148,8 +150,8 @@ def check_wheel(path: str, pure: bool, modules: list[str]) -> list[str]:
         if tag[-1] == "any":
             problems.append(f"{base}: a binary wheel must have a platform tag")
         for module in COMPILED_LIST.COMPILED:
-            path = module.replace(".", "/")
-            if not any(n.startswith(path + ".") for n in compiled):
+            stem = module.replace(".", "/")
+            if not any(n.startswith(stem + ".") for n in compiled):
                 problems.append(f"{base}: {module} is not compiled")
         manifest = f"hiredlock/{COMPILED_LIST.MANIFEST}"
         if manifest not in names:
