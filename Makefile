@@ -26,7 +26,8 @@ $(PY):
 
 venv: $(PY)
 
-# The package with its native engine; a failed extension build is an error here.
+# The package with its native engine and the hot path's modules compiled from their .py
+# (HIREDLOCK_NO_COMPILE=1 make install: those run as .py); a failed extension build is an error here.
 install: deps venv
 	$(PY) -m pip install -q "setuptools>=77" "Cython>=3" wheel
 	HIREDLOCK_REQUIRE_EXTENSIONS=1 $(PY) -m pip install -q --no-build-isolation -e . --group dev
@@ -39,7 +40,7 @@ lint: install
 	$(VENV)/bin/ruff check src tests tools sim bench examples setup.py
 	$(VENV)/bin/ruff format --check src tests tools sim bench examples setup.py
 	# cython-lint runs pycodestyle as a command: the venv's, found on PATH
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/cython-lint _native
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/cython-lint _native $(wildcard src/hiredlock/*/*.pxd)
 	# mypy --strict over src/ ([tool.mypy] in pyproject.toml)
 	$(VENV)/bin/mypy
 
@@ -56,7 +57,8 @@ docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 clean:
-	rm -rf site build dist *.egg-info src/*.egg-info src/hiredlock/*.so _native/*.c .pytest_cache
+	rm -rf site build dist *.egg-info src/*.egg-info src/hiredlock/*.so src/hiredlock/*/*.so \
+	  src/hiredlock/_compiled.json _native/*.c .pytest_cache
 
 # Benchmarks (bench/): the bench extra (pytest-benchmark, the peers) and matplotlib, valgrind (for
 # instruction counts; best effort), the C reference built from bench/cref.c, redlock-ng in a venv

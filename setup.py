@@ -1,6 +1,14 @@
-"""Build script: the pure-Python package plus one extension, hiredlock._native (the native engine).
+"""Build script: the pure-Python package, the native engine (the extension hiredlock._native), and
+the modules of the lock's hot path compiled from their own .py files.
 
-The extension links libhiredis (0.14 or newer):
+The compiled modules (the list is hiredlock/_compiled.py's COMPILED) are translated by Cython in
+pure-Python mode (annotations are not taken as C types), with the .pxd beside some of them
+declaring their classes as extension types; the same .py files run uncompiled where they are left
+out. HIREDLOCK_NO_COMPILE=1 leaves them out (the native engine is still built). Each build writes
+the digest of their sources beside the package (hiredlock/_compiled.json), so that an edited .py
+is never shadowed by its stale compiled twin: `import hiredlock` refuses one.
+
+The native engine links libhiredis (0.14 or newer):
 
 * HIREDIS_PREFIX=/path: the hiredis installed there. Its static lib/libhiredis.a when there is
   one (tools/build_hiredis.sh builds it; the wheels on PyPI are built so), with every hiredis
@@ -13,8 +21,9 @@ The extension links libhiredis (0.14 or newer):
 Before compiling, a probe compiles and links a tiny program against that hiredis. A source build
 that cannot have the native engine FAILS with a message saying what to install: the extension is
 never left out silently (pip hides a build's output unless it fails). HIREDLOCK_NO_EXTENSIONS=1
-builds the pure-Python package on purpose. HIREDLOCK_REQUIRE_EXTENSIONS=1 (cibuildwheel and CI set
-it) spells out that default; with HIREDLOCK_NO_EXTENSIONS=1 as well it is an error.
+builds the pure-Python package on purpose (no native engine, nothing compiled).
+HIREDLOCK_REQUIRE_EXTENSIONS=1 (cibuildwheel and CI set it) spells out that default; with
+HIREDLOCK_NO_EXTENSIONS=1 as well it is an error.
 
 The Cython source is translated into the build directory: no generated .c lands in the tree, the
 sdist or the wheel.
@@ -23,11 +32,14 @@ sdist or the wheel.
 from __future__ import annotations
 
 import glob
+import importlib.util
+import json
 import os
 import shlex
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -42,6 +54,28 @@ PYX_SOURCE = "_native/engine.pyx"
 # engine.pyx includes its parts (_native/*.pxi); its table of contents is _native/engine.pxd,
 # read by Cython as src/hiredlock/_native.pxd (the .pxd of a module named hiredlock._native).
 PXD_ROOT = "src"
+NATIVE = "hiredlock._native"
+
+
+def _compiled_list() -> Any:
+    """hiredlock/_compiled.py, loaded from its file (the package itself is not imported)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "src/hiredlock/_compiled.py")
+    spec = importlib.util.spec_from_file_location("hiredlock_compiled_list", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+COMPILED_LIST = _compiled_list()
+# Pure-Python mode: annotations stay annotations (a `-> bool` must not make a C int), and the
+# extension types are not picklable (a lock object never was usefully).
+COMPILED_DIRECTIVES = {"language_level": "3", "annotation_typing": False, "auto_pickle": False}
+
+
+def _module_source(name: str) -> str:
+    return os.path.join(PXD_ROOT, *name.split(".")) + ".py"
+
 
 HOW_TO_GET_HIREDIS = (
     "Install libhiredis with its headers, and pkg-config (Debian/Ubuntu: apt-get install "
@@ -169,13 +203,65 @@ def _hiredis_from_pkg_config() -> tuple[dict[str, list[str]], str]:
 
 
 class BuildExt(build_ext):
-    """Translates the Cython source, checks that hiredis can be compiled and linked against,
-    then builds; every failure ends the build with a message that says what to install."""
+    """Translates the Cython sources (the native engine's, and the modules compiled from their
+    .py), checks that hiredis can be compiled and linked against, then builds; every failure ends
+    the build with a message that says what to install."""
 
     def run(self) -> None:
-        if self.extensions:
-            self.extensions = self._prepare(self.extensions)
+        native = [ext for ext in self.extensions if ext.name == NATIVE]
+        compiled = [ext for ext in self.extensions if ext.name != NATIVE]
+        if native:
+            native = self._prepare(native)
+        if compiled:
+            compiled = self._translate_compiled(compiled)
+        self.extensions = native + compiled
         super().run()
+        self._write_manifest([ext.name for ext in compiled])
+
+    def _translate_compiled(self, extensions: list[Extension]) -> list[Extension]:
+        """The modules compiled from their .py (and .pxd), translated into the build directory."""
+        cythonize = _cythonize_function()
+        for ext in extensions:
+            ext.sources = [_module_source(ext.name)]
+        try:
+            translated = cythonize(
+                extensions,
+                build_dir=os.path.join(self.build_temp, "cython"),
+                include_path=[PXD_ROOT],  # (a .pxd cimports another by its module's name)
+                compiler_directives=COMPILED_DIRECTIVES,
+                quiet=True,
+            )
+        except Exception as exc:  # Cython's CompileError: a .py or .pxd it cannot translate
+            raise SystemExit(
+                f"\nhiredlock: Cython could not translate the modules compiled from their .py "
+                f"({exc}). A bug in hiredlock; HIREDLOCK_NO_COMPILE=1 builds without them.\n"
+            ) from exc
+        for ext, done in zip(extensions, translated):
+            ext.sources = done.sources
+        return extensions
+
+    def _write_manifest(self, compiled: list[str]) -> None:
+        """Writes what this build compiled, with the digest of its sources, beside the package
+        (in the build directory, and in the tree too when building in place: an editable
+        install), and removes any compiled module left there by an earlier build that compiled
+        more (Python would import it instead of its .py)."""
+        built = {name: COMPILED_LIST.source_digests(_module_source(name)) for name in compiled}
+        places = [self.build_lib]
+        if self.inplace:
+            build_py = self.get_finalized_command("build_py")
+            places.append(os.path.dirname(build_py.get_package_dir("hiredlock")))
+        for root in places:
+            package = os.path.join(root, "hiredlock")
+            os.makedirs(package, exist_ok=True)
+            with open(os.path.join(package, COMPILED_LIST.MANIFEST), "w") as f:
+                json.dump(built, f, indent=1, sort_keys=True)
+            for name in COMPILED_LIST.COMPILED:
+                if name in built:
+                    continue
+                left = os.path.join(root, self.get_ext_filename(name))
+                if os.path.exists(left):
+                    print(f"hiredlock: removing {left} (not compiled by this build)")
+                    os.remove(left)
 
     def _prepare(self, extensions: list[Extension]) -> list[Extension]:
         prefix = os.environ.get("HIREDIS_PREFIX", "").strip()
@@ -187,14 +273,7 @@ class BuildExt(build_ext):
         flags, self._hiredis_source = (
             _hiredis_from_prefix(os.path.abspath(prefix)) if prefix else _hiredis_from_pkg_config()
         )
-        try:
-            from Cython.Build import cythonize
-        except ImportError:
-            _fail(
-                "Cython 3 is not installed in the build environment.",
-                "pip installs it by itself (it is in pyproject.toml's build requirements); with "
-                "--no-build-isolation install it first: pip install 'Cython>=3'.",
-            )
+        cythonize = _cythonize_function()
         for ext in extensions:
             # setuptools rewrites .pyx to .c when Cython was missing at import: use the source.
             ext.sources = [PYX_SOURCE]
@@ -224,8 +303,11 @@ class BuildExt(build_ext):
 
     def build_extension(self, ext: Extension) -> None:
         if self.compiler.compiler_type != "msvc":
-            # Only PyInit__native is exported (Python marks it visible itself).
+            # Only the module's PyInit_ function is exported (Python marks it visible itself).
             ext.extra_compile_args += ["-O2", "-fvisibility=hidden"]
+        if ext.name != NATIVE:
+            super().build_extension(ext)  # (no hiredis: a compiler failure says what it is)
+            return
         self._probe(ext)
         try:
             super().build_extension(ext)
@@ -281,6 +363,18 @@ class BuildExt(build_ext):
                 )
 
 
+def _cythonize_function() -> Any:
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        _fail(
+            "Cython 3 is not installed in the build environment.",
+            "pip installs it by itself (it is in pyproject.toml's build requirements); with "
+            "--no-build-isolation install it first: pip install 'Cython>=3'.",
+        )
+    return cythonize
+
+
 def _extensions() -> list[Extension]:
     if _flag("HIREDLOCK_NO_EXTENSIONS"):
         if _flag("HIREDLOCK_REQUIRE_EXTENSIONS"):
@@ -291,7 +385,12 @@ def _extensions() -> list[Extension]:
         print("hiredlock: HIREDLOCK_NO_EXTENSIONS=1: pure-Python package only", file=sys.stderr)
         return []
     # Flags are filled in by BuildExt, so that an sdist can be made without hiredis or Cython.
-    return [Extension("hiredlock._native", sources=[PYX_SOURCE])]
+    extensions = [Extension(NATIVE, sources=[PYX_SOURCE])]
+    if _flag("HIREDLOCK_NO_COMPILE"):
+        print("hiredlock: HIREDLOCK_NO_COMPILE=1: the hot path's modules stay .py", file=sys.stderr)
+    else:
+        extensions += [Extension(name, [_module_source(name)]) for name in COMPILED_LIST.COMPILED]
+    return extensions
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": BuildExt})

@@ -6,8 +6,10 @@
 sdist: everything a source build needs (the Cython source, setup.py, the license files, the build
 script of the static hiredis, the tests cibuildwheel runs) and no build artefacts (no generated
 .c, no compiled objects, no caches).
---wheel: a binary wheel: exactly one hiredlock._native extension, no C/Cython sources, both
-license files, the license expression, and every module of the sdist's package.
+--wheel: a binary wheel: exactly one hiredlock._native extension, every module of
+hiredlock/_compiled.py's COMPILED compiled (beside its .py) and the manifest of their sources, no
+C/Cython sources, both license files, the license expression, and every module of the sdist's
+package.
 --pure: the py3-none-any wheel (HIREDLOCK_NO_EXTENSIONS=1): no extension at all.
 Exits non-zero with one line per problem.
 """
@@ -17,12 +19,26 @@ from __future__ import annotations
 import argparse
 import configparser
 import fnmatch
+import importlib.util
 import os
 import sys
 import tarfile
 import zipfile
 from email.parser import Parser
+from typing import Any
 
+
+def _compiled_list() -> Any:
+    """src/hiredlock/_compiled.py, loaded from its file (as setup.py does)."""
+    path = os.path.join(os.path.dirname(__file__), "..", "src", "hiredlock", "_compiled.py")
+    spec = importlib.util.spec_from_file_location("hiredlock_compiled_list", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+COMPILED_LIST = _compiled_list()
 LICENSE_EXPRESSION = "MIT AND BSD-3-Clause"
 LICENSE_FILES = ("LICENSE", "LICENSE-hiredis")
 
@@ -45,6 +61,11 @@ SDIST_REQUIRED = (
     "_native/steps.pxi",
     "_native/libhiredis.pxd",
     "src/hiredlock/_native.pxd",
+    "src/hiredlock/_core/lock_state.pxd",
+    "src/hiredlock/_core/lock_steps.pxd",
+    "src/hiredlock/_sync/gate.pxd",
+    "src/hiredlock/_core/session.pxd",
+    "src/hiredlock/_engines/pool.pxd",
     "src/hiredlock/__init__.py",
     "src/hiredlock/py.typed",
     "src/hiredlock/_native.pyi",
@@ -117,16 +138,24 @@ def check_wheel(path: str, pure: bool, modules: list[str]) -> list[str]:
     extensions = [
         n for n in names if n.startswith("hiredlock/_native.") and n.endswith((".so", ".pyd"))
     ]
+    compiled = [n for n in names if n.endswith((".so", ".pyd")) and n not in extensions]
     if pure:
         if tag != ["py3", "none", "any"]:
             problems.append(f"{base}: a pure wheel must be py3-none-any, got {'-'.join(tag)}")
-        if extensions:
-            problems.append(f"{base}: the pure wheel contains {extensions}")
+        if extensions or compiled:
+            problems.append(f"{base}: the pure wheel contains {extensions + compiled}")
     else:
         if len(extensions) != 1:
             problems.append(f"{base}: expected one hiredlock/_native extension, got {extensions}")
         if tag[-1] == "any":
             problems.append(f"{base}: a binary wheel must have a platform tag")
+        for module in COMPILED_LIST.COMPILED:
+            stem = module.replace(".", "/")
+            if not any(n.startswith(stem + ".") for n in compiled):
+                problems.append(f"{base}: {module} is not compiled")
+        manifest = f"hiredlock/{COMPILED_LIST.MANIFEST}"
+        if manifest not in names:
+            problems.append(f"{base}: missing {manifest} (what the build compiled)")
     for name in names:
         if _matches(name, WHEEL_FORBIDDEN):
             problems.append(f"{base}: must not contain {name}")

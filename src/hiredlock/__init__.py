@@ -6,6 +6,13 @@ with Redlock(["redis://127.0.0.1:6379/0", ...]) as redlock:
         ...
 """
 
+import os as _os
+
+from . import _compiled
+
+# Before any module that may run compiled is imported: none may be stale (see _compiled.py).
+_compiled.check(_os.path.dirname(__file__))
+
 from ._core.errors import (
     AlreadyAcquired,
     EngineUnavailable,

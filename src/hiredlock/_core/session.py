@@ -41,6 +41,42 @@ class Session:
     tokens. No mutex for it: single dict operations are atomic.
     """
 
+    __slots__ = (
+        "__weakref__",
+        "_name_keys",
+        "_on_settled",
+        "_settled",
+        "_timings",
+        "backend",
+        "closed",
+        "closing",
+        "drift_factor",
+        "engine_class",
+        "engine_stale",
+        "fixed_timeout_ms",
+        "generation",
+        "held",
+        "label",
+        "master_names",
+        "masters",
+        "mutex",
+        "namespace",
+        "notices",
+        "quiet_acquire",
+        "quiet_oks",
+        "quiet_wait_all",
+        "quorum",
+        "renewals",
+        "retry_count",
+        "retry_delay",
+        "rounds",
+        "rounds_closed",
+        "tell",
+        "turns",
+        "under_way",
+        "wake",
+    )
+
     def __init__(
         self,
         masters: Iterable[MasterLike],

@@ -46,6 +46,19 @@ IDLE_LIFETIME_S = 30.0
 class EnginePool:
     """Hands each caller an engine of its own; engines come back for reuse when the call ends."""
 
+    __slots__ = (
+        "_factory",
+        "_generation",
+        "_idle",
+        "_live",
+        "_low_water",
+        "_next_trim",
+        "_returned",
+        "_session",
+        "_stale",
+        "_waiting",
+    )
+
     def __init__(self, session: Session) -> None:
         self._session = session
         self._factory: Callable[[], Engine] = session.new_engine

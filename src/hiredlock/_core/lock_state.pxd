@@ -1,0 +1,63 @@
+# LockState as an extension type, when Cython compiles lock_state.py (see hiredlock/_compiled.py):
+# its fields are read and written in C by its own methods and LockBase's (lock_steps.pxd), and the
+# methods below are called in C from them. The fields are those of LockState.__slots__ (the .py
+# runs uncompiled with those; tests/test_layout.py checks that both say the same), public: the
+# API classes, the other lock kinds and the batches read them from Python.
+#
+# Python subclasses (Lock, AsyncLock, the other kinds) may override any method, cpdef ones too.
+
+from hiredlock._core.session cimport Session
+
+
+cdef class LockState:
+    # weak references to lock objects: the session's registry of held locks, a turn's holder
+    cdef object __weakref__
+    cdef public object _acquired_at_ns
+    cdef public object _acquisition
+    cdef public object _adopted
+    cdef public object _announce
+    cdef public object _auto_renew
+    cdef public object _blocking_timeout
+    cdef public object _channel
+    cdef public object _drift_ms
+    cdef public object _extensions
+    cdef public object _fence
+    cdef public object _fencing
+    cdef public object _gate
+    cdef public object _generation
+    cdef public object _key
+    cdef public object _last_codes
+    cdef public object _last_votes
+    cdef public object _layout
+    cdef public object _lost
+    cdef public object _lost_event
+    cdef public object _max_extensions
+    cdef public object _max_hold_ns
+    cdef public object _mutex
+    cdef public object _name
+    cdef public object _notices
+    cdef public object _on_lost
+    cdef public object _owner
+    cdef public object _pin
+    cdef public object _registry_ref
+    cdef public object _released_by_close
+    cdef public object _released_ns
+    cdef public object _renewed
+    cdef public object _rounds
+    cdef public Session _session  # (read on every round's path: its quorum, held, closed)
+    cdef public object _suffix
+    cdef public object _timeout_ms
+    cdef public object _token
+    cdef public object _told_kind
+    cdef public object _trying
+    cdef public object _ttl_ms
+    cdef public object _unlocked_token
+    cdef public object _valid_until_ns
+    cdef public object _won
+
+    cpdef _try_gate(self)
+    cpdef _refusal(self, result, elapsed_ns)
+    cpdef _took(self, token, start, fence, won, began=*, refused=*)
+    cpdef _let_go(self)
+    cpdef _acquire_request(self, token)
+    cpdef _release_request(self, token)

@@ -1,0 +1,40 @@
+# Session as an extension type, when Cython compiles session.py (see hiredlock/_compiled.py): a
+# lock's state (lock_state.pxd) and the engine pool (pool.pxd) hold it typed, so that what they
+# read of it on every round's path (the quorum, whether it is closed, the locks held) is read in
+# C. The fields are Session.__slots__ (tests/test_compiled.py checks that both say the same),
+# public: every layer reads them.
+
+cdef class Session:
+    cdef object __weakref__
+    cdef public object _name_keys
+    cdef public object _on_settled
+    cdef public object _settled
+    cdef public object _timings
+    cdef public object backend
+    cdef public bint closed
+    cdef public object closing
+    cdef public object drift_factor
+    cdef public object engine_class
+    cdef public object engine_stale
+    cdef public object fixed_timeout_ms
+    cdef public object generation
+    cdef public dict held
+    cdef public object label
+    cdef public object master_names
+    cdef public object masters
+    cdef public object mutex
+    cdef public object namespace
+    cdef public object notices
+    cdef public object quiet_acquire
+    cdef public object quiet_oks
+    cdef public object quiet_wait_all
+    cdef public object quorum
+    cdef public object renewals
+    cdef public object retry_count
+    cdef public object retry_delay
+    cdef public object rounds
+    cdef public bint rounds_closed
+    cdef public object tell
+    cdef public object turns
+    cdef public list under_way
+    cdef public object wake

@@ -1,0 +1,18 @@
+# EnginePool as an extension type, when Cython compiles pool.py (see hiredlock/_compiled.py): its
+# checkout() and checkin() run around every round, and read its fields and its session's in C.
+# The fields are EnginePool.__slots__ (tests/test_compiled.py checks that both say the same).
+
+from hiredlock._core.session cimport Session
+
+
+cdef class EnginePool:
+    cdef public object _factory
+    cdef public object _generation
+    cdef public object _idle
+    cdef public dict _live
+    cdef public object _low_water
+    cdef public object _next_trim
+    cdef public object _returned
+    cdef public Session _session
+    cdef public object _stale
+    cdef public object _waiting
