@@ -32,13 +32,14 @@ sdist or the wheel.
 from __future__ import annotations
 
 import glob
-import importlib.util
 import json
 import os
+import runpy
 import shlex
 import subprocess
 import sys
 import tempfile
+from types import SimpleNamespace
 from typing import Any
 
 from setuptools import Extension, setup
@@ -57,17 +58,13 @@ PXD_ROOT = "src"
 NATIVE = "hiredlock._native"
 
 
-def _compiled_list() -> Any:
-    """hiredlock/_compiled.py, loaded from its file (the package itself is not imported)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "src/hiredlock/_compiled.py")
-    spec = importlib.util.spec_from_file_location("hiredlock_compiled_list", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-COMPILED_LIST = _compiled_list()
+# hiredlock/_compiled.py run from its file (importing it would import the package): its
+# names, COMPILED, MANIFEST and source_digests among them
+COMPILED_LIST = SimpleNamespace(
+    **runpy.run_path(
+        os.path.join(os.path.dirname(os.path.abspath(__file__)), "src/hiredlock/_compiled.py")
+    )
+)
 # Pure-Python mode: annotations stay annotations (a `-> bool` must not make a C int), and the
 # extension types are not picklable (a lock object never was usefully).
 COMPILED_DIRECTIVES = {"language_level": "3", "annotation_typing": False, "auto_pickle": False}

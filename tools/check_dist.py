@@ -19,26 +19,21 @@ from __future__ import annotations
 import argparse
 import configparser
 import fnmatch
-import importlib.util
 import os
+import runpy
 import sys
 import tarfile
 import zipfile
 from email.parser import Parser
-from typing import Any
+from types import SimpleNamespace
 
-
-def _compiled_list() -> Any:
-    """src/hiredlock/_compiled.py, loaded from its file (as setup.py does)."""
-    path = os.path.join(os.path.dirname(__file__), "..", "src", "hiredlock", "_compiled.py")
-    spec = importlib.util.spec_from_file_location("hiredlock_compiled_list", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-COMPILED_LIST = _compiled_list()
+# hiredlock/_compiled.py run from its file (importing it would import the package): its
+# names, COMPILED, MANIFEST and source_digests among them
+COMPILED_LIST = SimpleNamespace(
+    **runpy.run_path(
+        os.path.join(os.path.dirname(__file__), "..", "src", "hiredlock", "_compiled.py")
+    )
+)
 LICENSE_EXPRESSION = "MIT AND BSD-3-Clause"
 LICENSE_FILES = ("LICENSE", "LICENSE-hiredis")
 
