@@ -15,7 +15,7 @@ from typing import Any, Callable
 import pytest
 from aio_support import run_async  # noqa: F401  (the fixture)
 from apis import make_redlock_fixture, pytest_generate_tests, sync_only  # noqa: F401
-from support import braced, urls, values, wait_until
+from support import InThread, braced, urls, values, wait_until
 
 from hiredlock import Event, HiredlockError
 from hiredlock.aio import AsyncRedlock
@@ -107,32 +107,6 @@ def test_every_waiter_gets_a_turn_and_the_lock(make_redlock, masters5, key):
 # -- the turn after a sibling's that took the lock -------------------------------------------------
 
 
-class InThread:
-    """fn() in a thread of its own (a task of its own on the async API, through the facade)."""
-
-    def __init__(self, fn: Callable[[], Any]) -> None:
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
-        self.thread.start()
-
-    def _run(self, fn: Callable[[], Any]) -> None:
-        try:
-            self.value = fn()
-        except BaseException as exc:
-            self.error = exc
-        finally:
-            self.done.set()
-
-    def result(self, timeout: float = 60) -> Any:
-        assert self.done.wait(timeout), f"the thread did not finish within {timeout} s"
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-        return self.value
-
-
 def _client(rl: Any) -> Any:
     return getattr(rl, "_target", rl)  # (the AsyncRedlock behind the async API's facade)
 
@@ -151,6 +125,25 @@ def waiting_for_a_turn(rl) -> bool:
         return False
 
 
+def first_takes_it_second_waits(make_redlock, servers, key, second_timeout, **options):
+    """A name another client holds; two sibling lock objects of a client of their own (made with
+    `options`) wait on it: `first` refused and waiting for a release notice, `second` behind it
+    for its turn (its acquire's timeout `second_timeout`). The other client releases and `first`
+    takes the lock. Returns (the client, first, second, second's call)."""
+    foreign = make_redlock(urls(servers)).lock(key, 60)
+    assert foreign.acquire(blocking=False)
+    rl = make_redlock(urls(servers), **options)
+    first, second = rl.lock(key, 60), rl.lock(key, 60)
+    # (partial, not a lambda: nothing here keeps `first` alive once the caller drops it)
+    took_first = InThread(functools.partial(first.acquire, timeout=60))
+    wait_until(lambda: waits_on_notices(rl, key) == 1, 10, "the first waiter refused, waiting")
+    took_second = InThread(functools.partial(second.acquire, timeout=second_timeout))
+    wait_until(lambda: waiting_for_a_turn(rl), 10, "the second waiter behind the first")
+    foreign.release()  # (its notices wake the first waiter; late ones must not wake the second)
+    assert took_first.result() is True
+    return rl, first, second, took_second
+
+
 def test_after_a_sibling_took_the_lock_the_next_waiter_waits_for_its_release(
     make_redlock, masters5, key
 ):
@@ -160,16 +153,9 @@ def test_after_a_sibling_took_the_lock_the_next_waiter_waits_for_its_release(
     lock held)."""
     events: list[Event] = []
     servers = masters5[:3]
-    foreign = make_redlock(urls(servers)).lock(key, 60)
-    assert foreign.acquire(blocking=False)
-    rl = make_redlock(urls(servers), retry_delay=SLOW_RETRY, on_event=events.append)
-    first, second = rl.lock(key, 60), rl.lock(key, 60)
-    took_first = InThread(lambda: first.acquire(timeout=60))
-    wait_until(lambda: waits_on_notices(rl, key) == 1, 10, "the first waiter refused, waiting")
-    took_second = InThread(lambda: second.acquire(timeout=60))
-    wait_until(lambda: waiting_for_a_turn(rl), 10, "the second waiter behind the first")
-    foreign.release()  # (its notices wake the first waiter; late ones must not wake the second)
-    assert took_first.result() is True
+    rl, first, second, took_second = first_takes_it_second_waits(
+        make_redlock, servers, key, 60, retry_delay=SLOW_RETRY, on_event=events.append
+    )
     wait_until(lambda: waits_on_notices(rl, key) == 1, 10, "the second waiter waiting")
     assert not took_second.done.is_set()
     first.release()
@@ -188,16 +174,9 @@ def test_after_a_sibling_took_the_lock_the_next_waiter_still_tries_at_its_timer(
     (its acquire_failed event counts its attempts: more than the one after its deadline)."""
     events: list[Event] = []
     servers = masters5[:3]
-    foreign = make_redlock(urls(servers)).lock(key, 60)
-    assert foreign.acquire(blocking=False)
-    rl = make_redlock(urls(servers), retry_delay=0.05, on_event=events.append)
-    first, second = rl.lock(key, 60), rl.lock(key, 60)
-    took_first = InThread(lambda: first.acquire(timeout=60))
-    wait_until(lambda: waits_on_notices(rl, key) == 1, 10, "the first waiter refused, waiting")
-    took_second = InThread(lambda: second.acquire(timeout=1.0))
-    wait_until(lambda: waiting_for_a_turn(rl), 10, "the second waiter behind the first")
-    foreign.release()
-    assert took_first.result() is True
+    _rl, first, _second, took_second = first_takes_it_second_waits(
+        make_redlock, servers, key, 1.0, retry_delay=0.05, on_event=events.append
+    )
     assert took_second.result() is False
     failed = [event for event in events if event.kind == "acquire_failed"]
     assert len(failed) == 1 and failed[0].attempts >= 2, failed
@@ -211,16 +190,9 @@ def test_closing_the_client_ends_the_wait_for_a_siblings_release(make_redlock, m
     away): the wait ends, and its acquire raises HiredlockError (the client is closed) well
     before that timer."""
     servers = masters5[:3]
-    foreign = make_redlock(urls(servers)).lock(key, 60)
-    assert foreign.acquire(blocking=False)
-    rl = make_redlock(urls(servers), retry_delay=SLOW_RETRY)
-    first, second = rl.lock(key, 60), rl.lock(key, 60)
-    took_first = InThread(lambda: first.acquire(timeout=60))
-    wait_until(lambda: waits_on_notices(rl, key) == 1, 10, "the first waiter refused, waiting")
-    took_second = InThread(lambda: second.acquire(timeout=60))
-    wait_until(lambda: waiting_for_a_turn(rl), 10, "the second waiter behind the first")
-    foreign.release()
-    assert took_first.result() is True
+    rl, _first, _second, took_second = first_takes_it_second_waits(
+        make_redlock, servers, key, 60, retry_delay=SLOW_RETRY
+    )
     wait_until(lambda: waits_on_notices(rl, key) == 1, 10, "the second waiter waiting")
     rl.close()
     with pytest.raises(HiredlockError):
@@ -234,16 +206,9 @@ def test_a_held_lock_its_caller_dropped_is_not_kept_by_the_turns(make_redlock, m
     kept alive nor renewed: its keys expire with their ttl), is not kept alive either by the
     note its turn left for the waiter after it."""
     servers = masters5[:3]
-    foreign = make_redlock(urls(servers)).lock(key, 60)
-    assert foreign.acquire(blocking=False)
-    rl = make_redlock(urls(servers), retry_delay=SLOW_RETRY)
-    first, second = rl.lock(key, 60), rl.lock(key, 60)
-    took_first = InThread(functools.partial(first.acquire, timeout=60))
-    wait_until(lambda: waits_on_notices(rl, key) == 1, 10, "the first waiter refused, waiting")
-    took_second = InThread(lambda: second.acquire(timeout=1.0))
-    wait_until(lambda: waiting_for_a_turn(rl), 10, "the second waiter behind the first")
-    foreign.release()
-    assert took_first.result() is True
+    _rl, first, _second, took_second = first_takes_it_second_waits(
+        make_redlock, servers, key, 1.0, retry_delay=SLOW_RETRY
+    )
     dropped = weakref.ref(first)
     del first
     gc.collect()

@@ -23,6 +23,7 @@ from support import (
     EVENTUAL,
     EXTRA_SLACK,
     FOREIGN,
+    InThread,
     assert_no_key,
     assert_values,
     braced,
@@ -86,33 +87,6 @@ def set_calls(servers) -> int:
     return sum(
         int(s.admin().info("commandstats").get("cmdstat_set", {}).get("calls", 0)) for s in servers
     )
-
-
-class InThread:
-    """fn() in a thread of its own (a task of its own on the async API, through the facade):
-    what it returned or raised."""
-
-    def __init__(self, fn):
-        self.value = None
-        self.error: BaseException | None = None
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
-        self.thread.start()
-
-    def _run(self, fn):
-        try:
-            self.value = fn()
-        except BaseException as exc:
-            self.error = exc
-        finally:
-            self.done.set()
-
-    def result(self, timeout=WAIT_S + 30):
-        assert self.done.wait(timeout), f"the thread did not finish within {timeout} s"
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-        return self.value
 
 
 class Waiter(InThread):
@@ -505,7 +479,7 @@ def test_one_subscriber_per_master_for_all_waiters(api, make_redlock, masters5, 
         assert threads == [], "AsyncRedlock started a thread"
     released = time.monotonic()
     holder.release()
-    assert [w.result() for w in waiters] == [True] * 10
+    assert [w.result(WAIT_S + 30) for w in waiters] == [True] * 10
     assert time.monotonic() - released <= WOKEN_S, "the waiters were not woken one after another"
     assert_no_key(masters5, key)
     rl.close()
@@ -698,7 +672,7 @@ def test_a_forked_child_is_woken_through_its_own_subscriber(api, make_redlock, m
         return seen
 
     seen = in_child(child, timeout=WAIT_S + 20)
-    released_b = releaser.result()
+    released_b = releaser.result(WAIT_S + 30)
     assert seen["got"] is True
     assert seen["t1"] - released_b <= WOKEN_S, "no notice woke the child's waiter"
     assert len(seen["threads"]) == 1, f"the child's notices threads: {seen['threads']}"

@@ -8,8 +8,10 @@ import re
 import select
 import signal
 import socket
+import threading
 import time
 import traceback
+from typing import Any, Callable
 
 import pytest
 
@@ -143,6 +145,33 @@ def attempt(lock, **kw):
         return lock.acquire(**kw)
     except LockNotAcquired as exc:
         return exc
+
+
+class InThread:
+    """fn() in a thread of its own (a task of its own on the async API, through the facade):
+    what it returned or raised."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self.thread.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self.value = fn()
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def result(self, timeout: float = 60) -> Any:
+        assert self.done.wait(timeout), f"the thread did not finish within {timeout} s"
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.value
 
 
 def wait_until(pred, timeout, what):
