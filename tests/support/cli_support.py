@@ -100,21 +100,33 @@ def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
 def processes_mentioning(text: str) -> list[int]:
     """Pids of live processes whose command line contains `text`, or whose working directory
     is under it (redis-server rewrites its command line, but works in its --dir)."""
-    found = []
+    return list(command_lines_mentioning(text))
+
+
+def command_lines_mentioning(text: str) -> dict[int, str]:
+    """The command line of each live process that mentions `text` (as `processes_mentioning`
+    finds them), as read when it matched: a forked child that execs a moment later shows a
+    different one, so a caller judging the match must judge this copy."""
+    found = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             with open(f"/proc/{name}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+                cmdline = command_line_text(f.read())
             with open(f"/proc/{name}/stat") as f:
                 state = f.read().rsplit(")", 1)[1].split()[0]
             cwd = os.readlink(f"/proc/{name}/cwd")
         except OSError:
             continue
         if state != "Z" and (text in cmdline or cwd.startswith(text)):
-            found.append(int(name))
+            found[int(name)] = cmdline
     return found
+
+
+def command_line_text(raw: bytes) -> str:
+    """/proc/PID/cmdline's NUL-separated arguments as one line."""
+    return raw.replace(b"\0", b" ").decode(errors="replace")
 
 
 class Lines:
