@@ -61,6 +61,8 @@ SDIST_REQUIRED = (
     "src/hiredlock/_sync/gate.pxd",
     "src/hiredlock/_core/session.pxd",
     "src/hiredlock/_engines/pool.pxd",
+    "src/hiredlock/aio/_rounds.pxd",
+    "src/hiredlock/aio/_driver.pxd",
     "src/hiredlock/__init__.py",
     "src/hiredlock/py.typed",
     "src/hiredlock/_native.pyi",

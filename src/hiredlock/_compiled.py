@@ -25,7 +25,8 @@ import sys
 from importlib.machinery import EXTENSION_SUFFIXES
 
 # The hot path of a lock's acquire and release (Lock's methods, a lock's state and steps, the
-# judgement of a round, the session, the engine pool, the thread gate, the tokens).
+# judgement of a round, the session, the engine pool, the thread gate, the tokens), and asyncio's
+# (AsyncLock's methods, the rounds that batch tasks' requests, the driver of the loop callbacks).
 COMPILED = (
     "hiredlock._core.tokens",
     "hiredlock._core.judgement",
@@ -35,6 +36,9 @@ COMPILED = (
     "hiredlock._engines.pool",
     "hiredlock._sync.gate",
     "hiredlock._lock",
+    "hiredlock.aio._driver",
+    "hiredlock.aio._rounds",
+    "hiredlock.aio._lock",
 )
 
 # {module name: source_digests() of the sources it was compiled from}, written by every build

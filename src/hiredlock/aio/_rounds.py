@@ -81,6 +81,17 @@ class _Batch:
 class AsyncRounds:
     """Runs the rounds of one AsyncRedlock on the event loop it is first used in."""
 
+    __slots__ = (
+        "_closing",
+        "_driver",
+        "_engine",
+        "_in_flight",
+        "_loop",
+        "_queued",
+        "_session",
+        "_tasks",
+    )
+
     def __init__(self, session: Session) -> None:
         self._session = session
         self._loop: Optional[asyncio.AbstractEventLoop] = None
