@@ -664,7 +664,10 @@ def herd_table(r: Results) -> list[str]:
 
 # The heavy-contention rows of an earlier report, shown beside this run's: row -> (acquisitions/s,
 # handoff p50 ms, p99 ms).
-HERD_BEFORE_RUN = "the run at 9714756 (2026-11-26 13:55 UTC, this machine)"
+HERD_BEFORE_RUN = (
+    "the run at 9714756 (2026-11-26 13:55 UTC, on an AMD EPYC with 2 vCPUs, which later runs may "
+    "not have)"
+)
 HERD_BEFORE = {
     "aio-native": (806, 1.02, 2.13),
     "aio-python": (687, 1.18, 2.32),
