@@ -63,7 +63,7 @@ clean:
 # Benchmarks (bench/): the bench extra (pytest-benchmark, the peers) and matplotlib, valgrind (for
 # instruction counts; best effort), the C reference built from bench/cref.c, redlock-ng in a venv
 # of its own (it installs a package named `redlock`, as redlock-py does), then both placements;
-# writes bench/results/REPORT.md and bench.png. About 6 minutes on 2 CPUs. BENCH_ARGS go to
+# writes bench/results/REPORT.md and bench.png. About 15 minutes on 2 CPUs. BENCH_ARGS go to
 # bench/run.py (e.g. BENCH_ARGS="--placements unpinned").
 .PHONY: bench
 bench: install
