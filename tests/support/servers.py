@@ -350,10 +350,11 @@ class RedisServer:
         self.stopped = True
 
     def cont(self) -> None:
-        """SIGCONT, then two PINGs in sequence, so every command that was buffered while the
-        server was stopped has been processed when this returns (the first PING is answered in
-        an event-loop iteration at or after the one that read the buffered data; the second
-        one is read in a later iteration)."""
+        """SIGCONT; when this returns, every command that was buffered while the server was
+        stopped has been processed: two PINGs in sequence (the first is answered in an
+        event-loop iteration at or after the one that read the buffered data; the second one is
+        read in a later iteration), then until no client's bytes are left unread (a client that
+        wrote more than the server reads in one iteration)."""
         assert self.alive, self
         os.kill(self.proc.pid, signal.SIGCONT)
         self._wait_state(lambda s: s != "T", "running")
@@ -364,8 +365,22 @@ class RedisServer:
         try:
             c.ping()
             c.ping()
+            self._wait_backlog_read(c)
         finally:
             c.close()
+
+    def _wait_backlog_read(self, c: redis.Redis) -> None:
+        """Until the server has read every byte its clients sent it (none waits in a socket's
+        receive queue: it reads at most 16 KB per client per event-loop iteration, so a client
+        that wrote more while it was stopped is not done after the two PINGs), then one more
+        PING: it is answered after the commands of that last read have run (a query buffer left
+        then holds a command whose end its client has not sent yet)."""
+        deadline = time.monotonic() + 10
+        while unread := _unread_bytes(self.port):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self}: {unread} bytes of its clients still unread after 10 s")
+            time.sleep(0.005)
+        c.ping()
 
     def _wait_state(self, pred, what: str) -> None:
         deadline = time.monotonic() + 5
@@ -550,3 +565,19 @@ class Canary:
         for c in self.accepted:
             c.close()
         self.sock.close()
+
+
+def _unread_bytes(port: int) -> int:
+    """Bytes waiting in the receive queues of the sockets accepted on 127.0.0.1:`port`
+    (/proc/net/tcp: local address, then the transmit and receive queues)."""
+    local = f"0100007F:{port:04X}"
+    unread = 0
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            # ESTABLISHED, or CLOSE_WAIT: a client that shut its side down after its last
+            # command (_engines/drain.py) still has those commands in the queue
+            if fields[1] == local and fields[3] in ("01", "08"):
+                unread += int(fields[4].split(":")[1], 16)
+    return unread
