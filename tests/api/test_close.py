@@ -153,6 +153,7 @@ def exercise(rl, key, masters):
     assert rl.lock(key + ":taken", 5).acquire(blocking=False) is False
     lost = rl.lock(key + ":lost", 5)
     assert lost.acquire(blocking=False)
+    assert_values(masters, key + ":lost", lost.token)  # (no late SET re-creates it)
     for m in masters:
         m.admin().delete(key + ":lost")
     with pytest.raises(LockLost):

@@ -9,7 +9,7 @@ import time
 import pytest
 from apis import make_redlock_fixture, pytest_generate_tests, sync_only  # noqa: F401  (both APIs)
 from features_support import MT, pttls
-from support import braced, set_foreign, urls, wait_until
+from support import assert_values, braced, set_foreign, urls, wait_until
 
 from hiredlock import (
     AlreadyAcquired,
@@ -40,6 +40,7 @@ def test_a_lock_lost_by_extend_and_one_expired_behave_the_same(engine, make_redl
     rl = make_redlock(urls(masters5[:3]), master_timeout=MT)
     lost = rl.lock(key, 5)
     assert lost.acquire(blocking=False)
+    assert_values(masters5[:3], key, lost.token)  # (no late SET re-creates the key)
     for server in masters5[:3]:
         server.admin().delete(key)
     with pytest.raises(LockLost):
@@ -137,6 +138,7 @@ def test_renewal_gives_up_at_once_when_a_majority_says_the_key_is_gone(
     lost = threading.Event()
     lock = rl.lock(key, 0.6, auto_renew=True, on_lost=lambda lk: lost.set())
     assert lock.acquire(blocking=False)
+    assert_values(masters5[:3], key, lock.token)  # (no late SET re-creates the key)
     for server in masters5[:3]:
         server.admin().delete(key)
     assert lost.wait(5), "a renewal that a majority refused must mark the lock lost"

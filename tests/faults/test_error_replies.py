@@ -108,6 +108,8 @@ def test_wrongtype_on_release_majority_is_lock_lost(engine, make_redlock, master
     rl = make_redlock(urls(masters5))
     lock = rl.lock(key, 5)
     assert lock.acquire(blocking=False)
+    # (the acquire ends once a quorum said OK: a late SET would re-create a key deleted now)
+    assert_values(masters5, key, lock.token)
     for m in masters5[:3]:
         m.admin().delete(key)
     make_hash(masters5[:3], key)
@@ -125,6 +127,7 @@ def test_wrongtype_on_extend_majority_is_lock_lost(engine, make_redlock, masters
     lock = rl.lock(key, 5)
     assert lock.acquire(blocking=False)
     tok = lock.token.encode()
+    assert_values(masters5, key, lock.token)  # (no late SET re-creates a key deleted below)
     for m in masters5[:3]:
         m.admin().delete(key)
     make_hash(masters5[:3], key)
