@@ -691,3 +691,33 @@ def test_acquirers_at_the_same_moment_both_get_a_permit(api, make_redlock, maste
     assert both >= trials * 0.8, f"both got a permit in {both} of {trials} trials"
     for i in range(10):
         assert_no_key(masters5, permit_key(key, i))
+
+
+@sync_only("one thread releases while another acquires")
+def test_a_permit_being_released_is_tried_after_the_free_ones(api, make_redlock, masters5, key):
+    """Threads sharing a semaphore of 2 on two masters (a quorum is both): one thread lets go of
+    its permit, and while that release is on its way to the masters another thread asks for a
+    permit without blocking. The release may have reached one master and not the other; an
+    attempt that tried the permit being released first would find it free on one master and
+    taken on the other, the masters would take different permits, and the attempt would fail
+    with a permit free everywhere. The object knows which release is under way: that permit is
+    tried last, and every trial gets a permit."""
+    servers = masters5[:2]
+    rl = make_redlock(urls(servers))
+    open_connections(rl)
+    semaphore = rl.semaphore(key, 2, 10)
+    trials, refused = 40, 0
+    for _ in range(trials):
+        first = semaphore.acquire(blocking=False)
+        assert first is not None
+        releasing = threading.Thread(target=first.release)
+        releasing.start()
+        wait_until(lambda first=first: not first.held, 30, "the first permit is let go")
+        second = semaphore.acquire(blocking=False)
+        releasing.join(30)
+        if second is None:
+            refused += 1
+        else:
+            second.release()
+    assert refused == 0, f"refused in {refused} of {trials} trials with a permit free everywhere"
+    assert_no_permit_keys(servers, key, 2)

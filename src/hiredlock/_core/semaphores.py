@@ -74,6 +74,11 @@ class PermitBase(LockBase):
     def _wake_channel(self) -> bytes:
         return self._announce  # (the semaphore's: the name's channel)
 
+    def _release_unsettled(self) -> bool:
+        """Acquired, not held now, and no release round of it ended since (it may be under way,
+        or have ended in an error, or the permit ran out): its key may be left on some masters."""
+        return self._acquired_at_ns > self._released_ns
+
     # (a permit's release and unlock: PERMIT_RELEASE, so that the size record goes with the last
     # permit; its unlock gives no expiry hint)
 
@@ -116,7 +121,8 @@ def acquire_permit_steps(
     each has one holder at most, judged over a quorum as any lock is).
 
     An attempt goes through the permits not held through this semaphore object (`live`: index ->
-    the permit handed out last) in a random order, a few per round: each master takes the first
+    the permit handed out last) in a random order (those whose release may be under way last:
+    _permit_order), a few per round: each master takes the first
     of them that is free there and says which (_scripts.ACQUIRE_FIRST_FREE); the permit a quorum
     took, in time, is ours (a new object from make_permit: a permit object is never handed to two
     holders), and whatever else this round set is unlocked on every master. When every permit
@@ -193,8 +199,7 @@ def _permit_attempts(
         session.check_open()  # (closed during the pause: no more attempts)
         seen = 0 if notices is None else notices.heard.get(channel, 0)
         tries += 1  # (an attempt goes through the permits, a few per round)
-        free = [i for i in range(n_permits) if not _held_through(live, i)]
-        random.shuffle(free)
+        free = _permit_order(live, n_permits)
         codes: bytes = bytes(len(session.masters))  # (none free here: nothing was asked)
         votes: tuple[Vote, ...] = ()
         while free:
@@ -266,11 +271,24 @@ def _permit_attempts(
         yield Pause(delay, notices, channel, 0.0, seen, session.closing)
 
 
-def _held_through(live: dict[int, PermitBase], index: int) -> bool:
-    """Whether the permit last handed out for `index` is still held (its holder may be any
-    thread or task sharing the semaphore object)."""
-    permit = live.get(index)
-    return permit is not None and permit.held
+def _permit_order(live: dict[int, PermitBase], n_permits: int) -> list[int]:
+    """The permits an attempt asks for, in order: those not held through this semaphore object
+    (`live`: by any thread or task sharing it), in a random order, except that those let go
+    through it whose release round has not ended come last. Such a release may have reached some
+    masters and not others: asked for first, that permit would be free on some masters and taken
+    on the others, the masters would take different permits, and the attempt could fail with a
+    permit free everywhere."""
+    free: list[int] = []
+    settling: list[int] = []
+    for index in range(n_permits):
+        permit = live.get(index)
+        if permit is None:
+            free.append(index)
+        elif not permit.held:
+            (settling if permit._release_unsettled() else free).append(index)
+    random.shuffle(free)
+    random.shuffle(settling)
+    return free + settling
 
 
 _P = TypeVar("_P", bound=PermitBase)
