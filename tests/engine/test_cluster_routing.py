@@ -84,10 +84,18 @@ class ClusterPair:
 
     def owner(self, slot: int) -> int:
         """The node serving a slot, as node a's map says."""
+        return self.owner_map()[slot]
+
+    def owner_map(self) -> bytearray:
+        """The node serving each slot, as node a's map says (one CLUSTER SLOTS)."""
+        ports = [srv.port for srv in self.servers]
+        owners = bytearray(SLOTS)
+        served = 0
         for start, end, primary, *_ in self.servers[0].admin().execute_command("CLUSTER", "SLOTS"):
-            if start <= slot <= end:
-                return [srv.port for srv in self.servers].index(int(primary[1]))
-        raise AssertionError(f"no node serves slot {slot}")
+            owners[start : end + 1] = bytes([ports.index(int(primary[1]))]) * (end + 1 - start)
+            served += end + 1 - start
+        assert served == SLOTS, f"node a's map serves {served} slots of {SLOTS}"
+        return owners
 
     def get(self, node: int, key: bytes) -> Optional[bytes]:
         """The key's value on one node (ASKING first: the slot may be importing there); None
@@ -129,7 +137,7 @@ class SlotRouter:
         self.links = tuple(parse_masters(urls))
         self.n_places = max(self.columns) + 1
         self.version = 1
-        self.owners = bytearray(pair.owner(slot) for slot in range(SLOTS))
+        self.owners = pair.owner_map()
         self.seen: list[tuple[int, str]] = []
         self.failures: list[int] = []
         self.redirect_to: Optional[int] = None
