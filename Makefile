@@ -32,9 +32,17 @@ install: deps venv
 	$(PY) -m pip install -q "setuptools>=77" "Cython>=3" wheel
 	HIREDLOCK_REQUIRE_EXTENSIONS=1 $(PY) -m pip install -q --no-build-isolation -e . --group dev
 
-# The test command: every API test runs on both engines, against real redis-servers.
+# The test command: every API test runs on both engines, against real redis-servers; the fault
+# scenarios on the pairwise cover of engine x API x fault (half the matrix: tests/faults/plugin.py).
+# PYTEST_ARGS replaces `tests` (CI leaves out tests/sim here: its uncompiled tier runs it).
+PYTEST_ARGS ?= tests
 test: install
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# Every cell of the fault matrix too (about 4 minutes more than `make test`).
+.PHONY: test-full
+test-full: install
+	HIREDLOCK_FULL_MATRIX=1 $(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check src tests tools sim bench examples setup.py

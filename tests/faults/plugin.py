@@ -4,6 +4,12 @@ Loaded by every tests/faults/test_*.py with `pytest_plugins = ["faults.plugin"]`
 one file is run alone too.  A module that sets `FAULT_TIER = 2` has all its tests marked `soak`;
 soak tests run only when asked for (`-m soak`, or HIREDLOCK_SOAK=1: what `make soak` does) and
 are skipped, with the reason, in the default run.
+
+The fault matrix: a scenario parametrised by engine, API and fault (each of 2, 2 and 7 or 8)
+runs, by default, on the pairwise cover of the three (half its cells): each fault on both engines
+and on both APIs, and each engine on both APIs. HIREDLOCK_FULL_MATRIX=1 (`make test-full`) runs
+every cell. A module whose scenarios all run on one API without a `fault_api` parameter says which
+with `SCENARIO_API` (default "sync").
 """
 
 from __future__ import annotations
@@ -13,10 +19,11 @@ import os
 import pytest
 from servers import RedisServer
 
-from .masters import FaultyMasters
+from .masters import TIER1_FAULTS, FaultyMasters
 from .scenario import SUMMARIES, Lab, dump_dir
 from .worker import WorkerPool
 
+FAULTS_DIR = os.path.dirname(os.path.abspath(__file__))
 SOAK_HELP = "soak: tier-2 fault-injection soak test (make soak; about 15 minutes)"
 
 
@@ -31,21 +38,63 @@ def soak_requested(config) -> bool:
     return "soak" in expr and "not soak" not in expr
 
 
+FULL_MATRIX_ENV = "HIREDLOCK_FULL_MATRIX"
+MATRIX_KINDS = [fault.kind for fault in TIER1_FAULTS]
+MATRIX_COUNTS = {"run": 0, "cells": 0}  # the fault matrix's cells collected, and those run
+
+
+def full_matrix_requested() -> bool:
+    return os.environ.get(FULL_MATRIX_ENV, "").strip() in {"1", "true", "yes"}
+
+
+def in_pairwise_cover(item) -> bool:
+    """Whether a test is run by default: any test outside the fault matrix, and the matrix's
+    cells of the pairwise cover (see the module's docstring). Faults at even places of
+    MATRIX_KINDS (and the run without a fault) run on (native, sync) and (python, async), those
+    at odd places on (native, async) and (python, sync)."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or "fault" not in callspec.params or "engine" not in callspec.params:
+        return True
+    api = callspec.params.get("fault_api", getattr(item.module, "SCENARIO_API", "sync"))
+    kind = getattr(callspec.params["fault"], "kind", None)  # (None: the run without a fault)
+    even = (MATRIX_KINDS.index(kind) if kind in MATRIX_KINDS else len(MATRIX_KINDS)) % 2 == 0
+    return (callspec.params["engine"] == "native") == ((api == "sync") == even)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     run_soak = soak_requested(config)
+    full = full_matrix_requested()
+    kept, deselected = [], []
     for item in items:
         module = getattr(item, "module", None)
         if getattr(module, "FAULT_TIER", 1) == 2:
             item.add_marker("soak")
             if not run_soak:
                 item.add_marker(pytest.mark.skip(reason="tier-2 soak: run it with `make soak`"))
+        if not str(item.path).startswith(FAULTS_DIR):
+            kept.append(item)
+            continue
+        cell = "fault" in getattr(getattr(item, "callspec", None), "params", {})
+        MATRIX_COUNTS["cells"] += cell
+        if full or in_pairwise_cover(item):
+            kept.append(item)
+            MATRIX_COUNTS["run"] += cell
+        else:
+            deselected.append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
 
 
 def pytest_terminal_summary(terminalreporter):
     if not SUMMARIES:
         return
     terminalreporter.section("fault-injection scenarios")
+    cells, run = MATRIX_COUNTS["cells"], MATRIX_COUNTS["run"]
+    if cells:
+        how = "every cell" if run == cells else f"the pairwise cover ({FULL_MATRIX_ENV}=1: all)"
+        terminalreporter.write_line(f"fault matrix: {run} of {cells} cells run, {how}")
     for line in SUMMARIES:
         terminalreporter.write_line(line)
     path = os.path.join(dump_dir(), f"summaries-{os.getpid()}.txt")

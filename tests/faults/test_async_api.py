@@ -49,6 +49,7 @@ from faults.test_slow_quorum import (  # noqa: F401
 )
 
 pytest_plugins = ["faults.plugin"]
+SCENARIO_API = "async"  # (the fault matrix's API for these scenarios: see faults.plugin)
 
 
 @pytest.fixture
