@@ -204,6 +204,11 @@ class BuildExt(build_ext):
     .py), checks that hiredis can be compiled and linked against, then builds; every failure ends
     the build with a message that says what to install."""
 
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if not self.parallel:  # (unless -j says otherwise: one compiler per CPU)
+            self.parallel = True
+
     def run(self) -> None:
         native = [ext for ext in self.extensions if ext.name == NATIVE]
         compiled = [ext for ext in self.extensions if ext.name != NATIVE]
