@@ -15,6 +15,7 @@ with `SCENARIO_API` (default "sync").
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 import pytest
 from servers import RedisServer
@@ -40,25 +41,33 @@ def soak_requested(config) -> bool:
 
 FULL_MATRIX_ENV = "HIREDLOCK_FULL_MATRIX"
 MATRIX_KINDS = [fault.kind for fault in TIER1_FAULTS]
-MATRIX_COUNTS = {"run": 0, "cells": 0}  # the fault matrix's cells collected, and those run
+MATRIX_COUNTS = {"run": 0, "cells": 0}  # the fault matrix's cells collected, and those kept
 
 
 def full_matrix_requested() -> bool:
     return os.environ.get(FULL_MATRIX_ENV, "").strip() in {"1", "true", "yes"}
 
 
-def in_pairwise_cover(item) -> bool:
-    """Whether a test is run by default: any test outside the fault matrix, and the matrix's
-    cells of the pairwise cover (see the module's docstring). Faults at even places of
-    MATRIX_KINDS (and the run without a fault) run on (native, sync) and (python, async), those
-    at odd places on (native, async) and (python, sync)."""
+def matrix_cell(item) -> Optional[tuple[str, str, Optional[str]]]:
+    """(engine, API, fault kind) of a scenario of the fault matrix (kind None: the run without a
+    fault); None for any other test."""
     callspec = getattr(item, "callspec", None)
-    if callspec is None or "fault" not in callspec.params or "engine" not in callspec.params:
-        return True
-    api = callspec.params.get("fault_api", getattr(item.module, "SCENARIO_API", "sync"))
-    kind = getattr(callspec.params["fault"], "kind", None)  # (None: the run without a fault)
+    if callspec is None or not str(item.path).startswith(FAULTS_DIR):
+        return None
+    params = callspec.params
+    if "fault" not in params or "engine" not in params:
+        return None
+    api = params.get("fault_api", getattr(item.module, "SCENARIO_API", "sync"))
+    return params["engine"], api, getattr(params["fault"], "kind", None)
+
+
+def in_pairwise_cover(cell: tuple[str, str, Optional[str]]) -> bool:
+    """Whether a cell of the matrix is in its pairwise cover (see the module's docstring):
+    faults at even places of MATRIX_KINDS (and the run without a fault) run on (native, sync) and
+    (python, async), those at odd places on (native, async) and (python, sync)."""
+    engine, api, kind = cell
     even = (MATRIX_KINDS.index(kind) if kind in MATRIX_KINDS else len(MATRIX_KINDS)) % 2 == 0
-    return (callspec.params["engine"] == "native") == ((api == "sync") == even)
+    return (engine == "native") == ((api == "sync") == even)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -72,14 +81,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("soak")
             if not run_soak:
                 item.add_marker(pytest.mark.skip(reason="tier-2 soak: run it with `make soak`"))
-        if not str(item.path).startswith(FAULTS_DIR):
+        cell = matrix_cell(item)
+        if cell is None:
             kept.append(item)
             continue
-        cell = "fault" in getattr(getattr(item, "callspec", None), "params", {})
-        MATRIX_COUNTS["cells"] += cell
-        if full or in_pairwise_cover(item):
+        MATRIX_COUNTS["cells"] += 1
+        if full or in_pairwise_cover(cell):
             kept.append(item)
-            MATRIX_COUNTS["run"] += cell
+            MATRIX_COUNTS["run"] += 1
         else:
             deselected.append(item)
     if deselected:
@@ -93,8 +102,9 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.section("fault-injection scenarios")
     cells, run = MATRIX_COUNTS["cells"], MATRIX_COUNTS["run"]
     if cells:
-        how = "every cell" if run == cells else f"the pairwise cover ({FULL_MATRIX_ENV}=1: all)"
-        terminalreporter.write_line(f"fault matrix: {run} of {cells} cells run, {how}")
+        how = "all kept" if run == cells else f"the pairwise cover ({FULL_MATRIX_ENV}=1: all)"
+        # (counted before -k and -m select: those may leave out more)
+        terminalreporter.write_line(f"fault matrix: {run} of {cells} cells kept, {how}")
     for line in SUMMARIES:
         terminalreporter.write_line(line)
     path = os.path.join(dump_dir(), f"summaries-{os.getpid()}.txt")
