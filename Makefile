@@ -33,13 +33,14 @@ install: deps venv
 	HIREDLOCK_REQUIRE_EXTENSIONS=1 $(PY) -m pip install -q --no-build-isolation -e . --group dev
 
 # The test command: every API test runs on both engines, against real redis-servers; the fault
-# scenarios on the pairwise cover of engine x API x fault (half the matrix: tests/faults/plugin.py).
+# scenarios on the pairwise cover of engine x API x fault (half the matrix: tests/faults/plugin.py),
+# the tests marked each_value_once on a cover of their grid (tests/support/thinning.py).
 # PYTEST_ARGS replaces `tests` (CI leaves out tests/sim here: its uncompiled tier runs it).
 PYTEST_ARGS ?= tests
 test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-# Every cell of the fault matrix too (about 4 minutes more than `make test`).
+# Every cell of the fault matrix and of the each_value_once grids too (about 6 minutes more).
 .PHONY: test-full
 test-full: install
 	HIREDLOCK_FULL_MATRIX=1 $(PY) -m pytest -q $(PYTEST_ARGS)

@@ -10,6 +10,8 @@
 * `tls_certs`: the TLS tests' certificates (tests/support/tls_support.py); `tls_masters5` and
   `mtls_masters5`: five session-wide servers with a TLS port each (the second five require a
   client certificate), kept like `masters5`.
+* A heavy test marked `each_value_once` runs on a cover of its parameter grid where each value
+  runs once or more (support/thinning.py; HIREDLOCK_FULL_MATRIX=1 runs every cell).
 * The test process's garbage collector does not run automatically inside a test's body (see
   pytest_runtest_call).
 """
@@ -29,6 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "sup
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import servers
+import thinning
 from servers import Canary, PortTaken, RedisServer
 from support import no_extensions
 
@@ -41,6 +44,12 @@ def pytest_configure(config):
     )
     config.addinivalue_line("markers", "fork: test calls os.fork() in the pytest process")
     config.addinivalue_line("markers", "subprocess: test runs python subprocesses")
+    thinning.pytest_configure(config)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Heavy tests marked `each_value_once` run on a cover of their grid (support/thinning.py)."""
+    thinning.pytest_collection_modifyitems(config, items)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -24,6 +24,7 @@ import os
 import random
 import time
 
+import pytest
 from aio_support import run_async  # noqa: F401  (the fixture)
 from support import EVENTUAL, FOREIGN, debug_sleep, urls, values
 
@@ -167,6 +168,7 @@ async def one_run(
     return problems
 
 
+@pytest.mark.each_value_once
 def test_interrupted_operations_leave_nothing(engine, masters5, key, run_async):  # noqa: F811
     seed = case_seed(engine, run_async.kind)
     rng = random.Random(seed)

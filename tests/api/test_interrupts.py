@@ -164,6 +164,7 @@ def make_waiter(rl, kind: str, name: str):
     return rl.semaphore(name, 2, TTL)
 
 
+@pytest.mark.each_value_once
 @pytest.mark.parametrize("kind", KINDS)
 def test_cancelled_waiters_leave_no_key(engine, masters5, key, run_async, kind):  # noqa: F811
     """2 of 3 masters stopped, 40 tasks waiting on 8 names (each attempt fails: no quorum can
@@ -333,6 +334,7 @@ def test_an_interrupt_is_prompt_with_a_long_master_timeout(engine, masters5, key
     assert not ours_left(servers, [key]), "a key of ours is left after SIGCONT"
 
 
+@pytest.mark.each_value_once
 @pytest.mark.parametrize("call", ["acquire", "release"])
 def test_a_cancellation_is_prompt_with_a_long_master_timeout(
     engine,

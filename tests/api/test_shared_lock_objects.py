@@ -91,6 +91,7 @@ def test_a_lock_shared_by_threads_lets_one_in_at_a_time(make_redlock, masters5, 
     assert_no_key(servers, key, "after the threads' last release")
 
 
+@pytest.mark.each_value_once
 @pytest.mark.parametrize("kind", ["fair", "read", "write", "rlock", "permit"])
 def test_each_kind_shared_by_threads_lets_one_in_at_a_time(make_redlock, masters5, key, kind):
     """A fair lock, one side of a read-write lock, an RLock (per thread, as ever) and one

@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 
+import pytest
 from apis import make_redlock_fixture, pytest_generate_tests  # noqa: F401  (both APIs)
 from clusters import SlotMigration, fresh_cluster_fixture  # noqa: F401  (fixture)
 from support import wait_until
@@ -141,6 +142,7 @@ def test_a_slot_migrated_under_contention_keeps_one_holder(make_redlock, fresh_c
     assert [k for k in target.admin().keys("*migrating*")] == []  # (all released)
 
 
+@pytest.mark.each_value_once
 def test_a_killed_primary_is_replaced_by_its_replica(make_redlock, fresh_cluster, monkeypatch):
     """Locks go on after a primary's death once its replica is promoted: the slot map is asked
     again after the failures (the map's periodic refresh is put off here, so that only that can

@@ -400,6 +400,7 @@ def resolver_error(place) -> str:
     return entry.error if entry is not None else ""
 
 
+@pytest.mark.each_value_once
 @both_apis
 def test_stopped_sentinels_keep_the_last_master(
     engine, api, fresh_sentinel_group, make_redlock, key, monkeypatch

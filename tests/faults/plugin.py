@@ -19,6 +19,7 @@ from typing import Optional
 
 import pytest
 from servers import RedisServer
+from thinning import FULL_MATRIX_ENV, full_matrix_requested
 
 from .masters import TIER1_FAULTS, FaultyMasters
 from .scenario import SUMMARIES, Lab, dump_dir
@@ -39,13 +40,8 @@ def soak_requested(config) -> bool:
     return "soak" in expr and "not soak" not in expr
 
 
-FULL_MATRIX_ENV = "HIREDLOCK_FULL_MATRIX"
 MATRIX_KINDS = [fault.kind for fault in TIER1_FAULTS]
 MATRIX_COUNTS = {"run": 0, "cells": 0}  # the fault matrix's cells collected, and those kept
-
-
-def full_matrix_requested() -> bool:
-    return os.environ.get(FULL_MATRIX_ENV, "").strip() in {"1", "true", "yes"}
 
 
 def matrix_cell(item) -> Optional[tuple[str, str, Optional[str]]]:

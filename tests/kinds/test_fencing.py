@@ -92,6 +92,7 @@ def check_results(results, expected_total):
     return fences, late
 
 
+@pytest.mark.each_value_once
 @pytest.mark.slow
 def test_fences_increase_in_acquisition_order_across_restarts(
     api, engine, masters5, redis_factory, key, leakcheck

@@ -295,6 +295,7 @@ def run_semaphore_workers(api, engine, masters, judge, name):
                 os.close(fd)
 
 
+@pytest.mark.each_value_once
 @pytest.mark.slow
 @pytest.mark.subprocess
 @pytest.mark.parametrize("worker_api", ["sync", "async"])

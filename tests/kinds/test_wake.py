@@ -737,6 +737,7 @@ def new_client_ids(servers, since) -> dict[int, set[str]]:
     return {port: ids - since[port] for port, ids in now.items() if ids - since[port]}
 
 
+@pytest.mark.each_value_once
 @pytest.mark.parametrize("ending", ["waits-end", "aclose"])
 def test_many_async_waiters_one_notices_timer(engine, masters5, key, ending):
     """200 tasks of one AsyncRedlock wait on 200 names held by others: the client's notices keep
