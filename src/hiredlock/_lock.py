@@ -8,9 +8,9 @@ import threading
 from typing import TYPE_CHECKING, Any, Optional
 
 from ._core import clock as _clock
-from ._core import fork as _fork
 from ._core.compat import Self
 from ._core.errors import HiredlockError, LockLost, LockNotAcquired, NotHeld, Vote
+from ._core.fork import generation as _fork_generation
 from ._core.lock_steps import LockBase, acquire_deadline
 from ._core.tokens import new_token
 from ._core.validation import Duration
@@ -47,7 +47,7 @@ class WithStatement:
     def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
         # (no call before release() unless forked: each call is a point where CPython may run a
         # signal handler, and an interrupt there would skip the release)
-        if self._generation != _fork.generation and self._held_by_parent():
+        if self._generation != _fork_generation[0] and self._held_by_parent():
             return  # forked inside the block: the lock is the parent's, the child sends nothing
         try:
             self.release()

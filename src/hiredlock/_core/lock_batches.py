@@ -17,7 +17,7 @@ from .errors import (
     QuorumUnreachable,
 )
 from .events import Event
-from .lock_steps import LockBase, closed_while_acquiring, counted_acquire, unlock_keys
+from .lock_steps import LockBase, closed_while_acquiring, unlock_keys
 from .multilocks import MultiLockBase
 from .requests import SetNx, Steps, script
 from .session import Session
@@ -46,7 +46,7 @@ def acquire_many_steps(session: Session, locks: Sequence[LockBase]) -> Steps:
     keys = [lock.key for lock in locks]
     if len(set(keys)) != len(keys):
         raise ValueError("names must not repeat in one batch")
-    return (yield from counted_acquire(session, _batch_attempt(session, locks, keys)))
+    return (yield from session.counted_acquire(_batch_attempt(session, locks, keys)))
 
 
 def _batch_attempt(session: Session, locks: Sequence[LockBase], keys: list[bytes]) -> Steps:

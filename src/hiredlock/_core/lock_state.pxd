@@ -6,6 +6,7 @@
 #
 # Python subclasses (Lock, AsyncLock, the other kinds) may override any method, cpdef ones too.
 
+from hiredlock._core.judgement cimport oks as _oks, won as _round_won
 from hiredlock._core.session cimport Session
 
 

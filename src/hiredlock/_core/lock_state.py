@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .._engines.contract import RoundResult
 from . import clock as _clock
-from . import fork as _fork
 from . import judgement as _judgement
 from . import observe as _observe
 from . import scripts as _scripts
 from . import validation as _validation
 from .errors import LockLost, NotHeld, Vote
+from .fork import generation as _fork_generation
+from .judgement import oks as _oks  # (C calls once compiled: see judgement.pxd)
+from .judgement import won as _round_won
 from .observe import LockStats
 from .requests import Request, RunScript, SetNx, script
 from .validation import Duration
@@ -35,7 +37,6 @@ if TYPE_CHECKING:
 
 _new = tuple.__new__  # a NamedTuple request from its fields, in C (see _acquire_request)
 
-_OK = int(_scripts.Outcome.OK)
 _TOKEN_CHARS = 2 * _scripts.TOKEN_BYTES
 _RELEASE = _scripts.RELEASE
 _EXTEND = _scripts.EXTEND
@@ -156,7 +157,7 @@ class LockState:
         # held by the thread or task of this process that holds the lock object (see _sync/gate.py),
         # from its acquire() until the token is let go
         self._gate = self._new_gate()
-        self._generation = _fork.generation  # the process (see _fork) this state belongs to
+        self._generation = _fork_generation[0]  # the process (see _fork) this state belongs to
         self._token: Optional[bytes] = None
         self._unlocked_token: Optional[bytes] = None  # the last token unlocked after an interrupt
         self._valid_until_ns = 0
@@ -285,7 +286,7 @@ class LockState:
     def token(self) -> Optional[str]:
         """This holder's random token (40 hex characters) while acquired, else None."""
         token = self._token
-        if token is None or self._generation != _fork.generation:
+        if token is None or self._generation != _fork_generation[0]:
             return None
         return token[:_TOKEN_CHARS].decode()
 
@@ -331,12 +332,12 @@ class LockState:
     @property
     def fence(self) -> Optional[int]:
         """With fencing=True: a number larger than every earlier holder's, while held."""
-        return self._fence if self._generation == _fork.generation else None
+        return self._fence if self._generation == _fork_generation[0] else None
 
     @property
     def validity(self) -> float:
         """Seconds the lock is still guaranteed to be ours (0.0 when not held or lost)."""
-        if self._token is None or self._lost or self._generation != _fork.generation:
+        if self._token is None or self._lost or self._generation != _fork_generation[0]:
             return 0.0
         return max(0.0, (self._valid_until_ns - _clock.monotonic_ns()) / 1e9)
 
@@ -363,7 +364,7 @@ class LockState:
     @property
     def stats(self) -> LockStats:
         """What the last acquisition cost and did: see LockStats (a local view: no I/O)."""
-        if self._won is None or self._generation != _fork.generation:
+        if self._won is None or self._generation != _fork_generation[0]:
             return LockStats()
         return _observe.stats_of(self)
 
@@ -371,7 +372,7 @@ class LockState:
 
     def _held_by_parent(self) -> bool:
         """True in a forked child for a lock its parent held at the fork (and forgets it here)."""
-        if self._generation == _fork.generation:
+        if self._generation == _fork_generation[0]:
             return False
         held = self._token is not None
         self._this_process()
@@ -381,7 +382,7 @@ class LockState:
         """In a forked child, the first touch forgets what the parent held: the lock is the
         parent's, and nothing the child does may send anything for it. The mutex is new: a parent
         thread (the watchdog, say) may have held it at the fork, and it would never be let go."""
-        if self._generation == _fork.generation:
+        if self._generation == _fork_generation[0]:
             return
         self._mutex = threading.Lock()
         self._gate = self._new_gate()
@@ -394,7 +395,7 @@ class LockState:
         self._acquisition += 1
         self._registry_ref = None
         self._pin = [None]  # the parent's engine: its connections are not the child's
-        self._generation = _fork.generation
+        self._generation = _fork_generation[0]
 
     # -- acquire -------------------------------------------------------------------------------
 
@@ -416,7 +417,7 @@ class LockState:
         """An acquire's first step, in the API class: True when the gate is ours now; None when
         the caller holds it already (the steps then raise AlreadyAcquired, or take a lock that
         expired again); False when another thread or task holds it (wait, or give up)."""
-        if self._generation != _fork.generation:
+        if self._generation != _fork_generation[0]:
             self._this_process()
         gate = self._gate
         if gate.try_enter():
@@ -431,9 +432,7 @@ class LockState:
 
     def _refusal(self, result: RoundResult, elapsed_ns: int) -> Optional[RoundResult]:
         """None when `result` is a valid quorum (elapsed counted from the first round's start)."""
-        if _judgement.won(
-            result[0], elapsed_ns, self._ttl_ms, self._drift_ms, self._session.quorum
-        ):
+        if _round_won(result[0], elapsed_ns, self._ttl_ms, self._drift_ms, self._session.quorum):
             return None
         return result
 
@@ -501,7 +500,7 @@ class LockState:
 
     def _let_go(self) -> tuple[bytes, bool]:
         """Forgets the token (no renewal follows); returns it and whether the lock was lost."""
-        if self._generation != _fork.generation:
+        if self._generation != _fork_generation[0]:
             self._this_process()
         with self._mutex:
             token = self._token
@@ -522,7 +521,7 @@ class LockState:
 
     def _released(self, result: RoundResult, lost: bool) -> Optional[LockLost]:
         """The error for a release round's result, or None when a quorum released."""
-        if not lost and result[0].count(_OK) >= self._session.quorum:
+        if not lost and _oks(result[0]) >= self._session.quorum:
             self._released_ns = _clock.monotonic_ns()
             if result[0].strip(self._session.quiet_wait_all):  # (observed, or degraded)
                 _observe.tell_released(self, result)

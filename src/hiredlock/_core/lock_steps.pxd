@@ -2,6 +2,7 @@
 # a subclass of LockState's (lock_state.pxd), so that its steps read the lock's fields in C. It adds
 # no field (LockBase.__slots__ is empty).
 
+from hiredlock._core.judgement cimport oks as _oks, won as _round_won
 from hiredlock._core.lock_state cimport LockState
 
 

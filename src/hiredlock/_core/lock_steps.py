@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import Any, Optional
 
 from . import clock as _clock
-from . import fork as _fork
 from . import judgement as _judgement
 from . import observe as _observe
 from . import scripts as _scripts
@@ -27,9 +26,12 @@ from .errors import (
     TooManyExtensions,
 )
 from .events import Event, EventKind, Operation
+from .fork import generation as _fork_generation
+from .judgement import oks as _oks  # (C calls once compiled: see judgement.pxd)
+from .judgement import won as _round_won
 from .lock_state import LockState
 from .requests import Cleanup, Pause, RunScript, Steps, heard_on, script
-from .session import Session, Timing
+from .session import Timing
 from .tokens import new_token
 from .validation import Duration
 
@@ -79,9 +81,9 @@ class LockBase(LockState):
         as under way for the client's close() (see Session.begin_acquire). `turn`: the gate of
         the turn the caller holds (see _turn_gate), or None.
 
-        (Not a generator itself: the steps are counted_acquire's, one generator fewer on every
-        acquire's path.)"""
-        return counted_acquire(self._session, self._attempts(blocking, deadline_ns, turn))
+        (Not a generator itself: the steps are Session.counted_acquire's, one generator fewer on
+        every acquire's path.)"""
+        return self._session.counted_acquire(self._attempts(blocking, deadline_ns, turn))
 
     def _attempts(self, blocking: Any, deadline_ns: Optional[int], turn: Any = None) -> Steps:
         """The attempts of _acquire_steps.
@@ -98,7 +100,7 @@ class LockBase(LockState):
         A call that ends without the lock says why (the acquire_failed event, see _not_taken);
         the acquired one is _took's. (The hot path, an attempt that wins, pays for neither.)
         """
-        if self._generation != _fork.generation:
+        if self._generation != _fork_generation[0]:
             self._this_process()
         if self._token is not None:
             if self.validity > 0.0:
@@ -307,7 +309,7 @@ class LockBase(LockState):
             raise
         # (the quorum test of _released, spelled out: this is half of every lock cycle)
         session = self._session
-        oks = result[0].count(_OK)
+        oks = _oks(result[0])
         if lost or oks < session.quorum:
             raise self._release_lost(result, lost)
         self._released_ns = _clock.monotonic_ns()
@@ -366,7 +368,7 @@ class LockBase(LockState):
         # wait_all: every master that keeps up gets the new ttl (and the EVAL after a NOSCRIPT);
         # the validity still counts from this round's start.
         result = (yield self._extend_request(token, ttl_ms, timeout_ms))[0]
-        if _judgement.won(result[0], result[1], ttl_ms, drift, self._session.quorum):
+        if _round_won(result[0], result[1], ttl_ms, drift, self._session.quorum):
             valid_until = start + int((ttl_ms - drift) * 1_000_000)
             with self._mutex:
                 if acquisition == self._acquisition:
@@ -423,7 +425,7 @@ class LockBase(LockState):
         _judgement.renewal_retry_ns); the lock is marked lost only when a majority said the key
         is not ours any more, or when no renewal can finish in time.
         """
-        if self._generation != _fork.generation:
+        if self._generation != _fork_generation[0]:
             return None  # a parent's renewal: never run in a child
         if acquisition != self._acquisition or self._token is None or self._lost:
             return None
@@ -489,16 +491,6 @@ def valid_while(lock: weakref.ref[LockBase], acquisition: int) -> int:
     if held is None or held._acquisition != acquisition or held._token is None or held._lost:
         return 0
     return held._valid_until_ns
-
-
-def counted_acquire(session: Session, attempts: Steps) -> Steps:
-    """An acquire's attempts, counted as under way for the client's close() (see
-    Session.begin_acquire: refused once closed)."""
-    session.begin_acquire()
-    try:
-        return (yield from attempts)
-    finally:
-        session.end_acquire()
 
 
 def closed_while_acquiring(name: object) -> str:

@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any, Callable, Generic, Optional, TypeVar
 
 from . import clock as _clock
-from . import fork as _fork
 from . import validation as _validation
 from .errors import NotHeld, Vote
+from .fork import generation as _fork_generation
 from .lock_state import LockState
 from .observe import LockStats
 from .validation import Duration
@@ -44,7 +44,7 @@ class ReentrantBase(Generic[_L]):
         self._lock: Optional[_L] = None
         self._last_lock: Optional[_L] = None  # the Lock of the last ownership (for `stats`)
         self._last_votes: tuple[Vote, ...] = ()
-        self._generation = _fork.generation
+        self._generation = _fork_generation[0]
 
     # -- what the API classes provide ------------------------------------------------------------
 
@@ -76,7 +76,7 @@ class ReentrantBase(Generic[_L]):
     @property
     def count(self) -> int:
         """How many times the owner acquired it (0 when not owned)."""
-        return self._count if self._generation == _fork.generation else 0
+        return self._count if self._generation == _fork_generation[0] else 0
 
     @property
     def last_votes(self) -> tuple[Vote, ...]:
@@ -92,7 +92,7 @@ class ReentrantBase(Generic[_L]):
 
     def _held_by_parent(self) -> bool:
         """True in a forked child for a lock its parent owned at the fork (forgotten here)."""
-        if self._generation == _fork.generation:
+        if self._generation == _fork_generation[0]:
             return False
         owned = self._owner is not None
         self._this_process()
@@ -101,12 +101,12 @@ class ReentrantBase(Generic[_L]):
     def _this_process(self) -> None:
         """In a forked child the parent's ownership is void, and the gate (which a parent thread
         may have held at the fork) is replaced."""
-        if self._generation != _fork.generation:
+        if self._generation != _fork_generation[0]:
             self._gate = self._new_gate()
             self._owner = None
             self._count = 0
             self._lock = None
-            self._generation = _fork.generation
+            self._generation = _fork_generation[0]
 
     # -- the steps around the waits --------------------------------------------------------------
 

@@ -20,7 +20,6 @@ from .lock_steps import (
     LockBase,
     acquire_deadline,
     closed_while_acquiring,
-    counted_acquire,
     unlock_keys,
 )
 from .options import LockOptions
@@ -137,7 +136,7 @@ def acquire_permit_steps(
     )
     if session.tell is not None:
         attempts = _told_permit_attempts(session, name, template, attempts)
-    return (yield from counted_acquire(session, attempts))
+    return (yield from session.counted_acquire(attempts))
 
 
 def _told_permit_attempts(

@@ -38,3 +38,7 @@ cdef class Session:
     cdef public object turns
     cdef public list under_way
     cdef public object wake
+
+    # (called in C by counted_acquire, on every acquire's path)
+    cpdef begin_acquire(self)
+    cpdef end_acquire(self)

@@ -9,10 +9,9 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Iterable
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .._engines.contract import RoundResult
-from . import fork as _fork
 from . import judgement as _judgement
 from . import masters as _masters
 from . import observe as _observe
@@ -20,11 +19,15 @@ from . import scripts as _scripts
 from . import validation as _validation
 from .errors import HiredlockError, Vote
 from .events import Observer, Teller
+from .fork import generation as _fork_generation
 from .keys import NameKeys
 from .masters import MasterLike, MasterSpec
 from .scripts import Outcome
 from .turns import Turns
 from .validation import Duration
+
+if TYPE_CHECKING:
+    from .requests import Steps
 
 # The most lock names whose keys a client keeps made (see name_keys)
 NAME_KEYS_CACHED = 256
@@ -147,7 +150,7 @@ class Session:
         self.under_way: list[None] = []
         self._settled = threading.Condition(self.mutex)
         self._on_settled: list[Callable[[], None]] = []
-        self.generation = _fork.generation  # the process (see _fork) the state above is of
+        self.generation = _fork_generation[0]  # the process (see _fork) the state above is of
         self._timings: dict[tuple[Any, ...], Timing] = {}
         self._name_keys: dict[tuple[Any, ...], NameKeys] = {}
 
@@ -224,12 +227,22 @@ class Session:
         are single calls into C. The acquire is counted before it looks at `closed`, and close()
         sets `closed` before it looks at the count: either close() waits for this acquire, or
         this acquire sees the client closed."""
-        if self.generation != _fork.generation:
+        if self.generation != _fork_generation[0]:
             self.this_process()
         self.under_way.append(None)
         if self.closed:
             self.end_acquire()
             raise closed_error()
+
+    def counted_acquire(self, attempts: Steps) -> Steps:
+        """An acquire's attempts, counted as under way for close() (begin_acquire: refused once
+        closed). A method, so that its calls of begin_acquire and end_acquire are C calls once
+        compiled (session.pxd)."""
+        self.begin_acquire()
+        try:
+            return (yield from attempts)
+        finally:
+            self.end_acquire()
 
     def end_acquire(self) -> None:
         under_way = self.under_way
@@ -305,7 +318,7 @@ class Session:
     def this_process(self) -> bool:
         """In a forked child (True): the parent's held locks are not ours to release or renew,
         and the parent's mutex (which one of its threads may have held) is replaced."""
-        if self.generation == _fork.generation:
+        if self.generation == _fork_generation[0]:
             return False
         self.mutex = threading.Lock()
         self._settled = threading.Condition(self.mutex)
@@ -317,7 +330,7 @@ class Session:
         self.under_way = []  # (the parent's threads that were acquiring do not exist here)
         self.held = {}
         self.turns = Turns()  # (the parent's waiters do not exist here)
-        self.generation = _fork.generation
+        self.generation = _fork_generation[0]
         return True
 
 

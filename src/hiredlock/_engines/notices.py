@@ -30,7 +30,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from .._core import fork as _fork
+from .._core.fork import generation as _fork_generation
 from .._core.masters import MasterSpec
 from .._core.requests import channels_of, heard_on
 from . import resolver as _resolver
@@ -258,7 +258,7 @@ class NoticeBoard:
         # heard before its attempt, so that a notice between the two is not missed
         self.heard: dict[bytes, int] = {}
         self.mutex = threading.Lock()
-        self.generation = _fork.generation
+        self.generation = _fork_generation[0]
         # called with a subscriber whose socket is about to be closed (a driver that registered
         # it with an event loop unregisters it first)
         self.on_drop: Callable[[Subscriber], None] = _nothing
@@ -421,7 +421,7 @@ class NoticeBoard:
     def forget_parent(self) -> bool:
         """In a forked child (True): the parent's connections and waiters are not ours (closed
         without a byte sent)."""
-        if self.generation == _fork.generation:
+        if self.generation == _fork_generation[0]:
             return False
         self.mutex = threading.Lock()
         for subscriber in self.subscribers:
@@ -429,7 +429,7 @@ class NoticeBoard:
         self.waiters = {}
         self.idle_since = {}
         self.heard.clear()
-        self.generation = _fork.generation
+        self.generation = _fork_generation[0]
         return True
 
 

@@ -8,7 +8,7 @@ from hiredlock._core.session cimport Session
 cdef class EnginePool:
     cdef public object _factory
     cdef public object _generation
-    cdef public object _idle
+    cdef public list _idle
     cdef public dict _live
     cdef public object _low_water
     cdef public object _next_trim

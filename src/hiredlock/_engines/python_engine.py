@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from .._core import fork as _fork
+from .._core.fork import generation as _fork_generation
 from .._core.masters import MasterSpec
 from .._core.requests import RoundRequest, SetNx
 from .._core.scripts import CONNECT_TIMEOUT_MIN_MS
@@ -76,7 +76,7 @@ class PythonEngine:
                 master.column = column
         self._quorum = quorum if quorum is not None else _quorum_of(self._places)
         self._policy = MasterPolicy([master.place for master in self._masters], router)
-        self._generation = _fork.generation
+        self._generation = _fork_generation[0]
         _resolver.prefetch([master.place for master in self._masters if master.place is not None])
 
     def run(self, request: RoundRequest) -> list[RoundResult]:
@@ -124,7 +124,7 @@ class PythonEngine:
 
     def owed_fds(self) -> list[int]:
         """(contract: Engine.owed_fds)"""
-        if self._generation != _fork.generation:
+        if self._generation != _fork_generation[0]:
             return []
         return [
             master.fd
@@ -160,9 +160,9 @@ class PythonEngine:
             now = time.monotonic_ns()
             votes = Votes(0, self._places, self._quorum, now, want_values)
             return Round((), None, kind, commands, evals, sha, votes, now, now, False, False)
-        if self._generation != _fork.generation:  # (an attribute read: cheaper than a call)
+        if self._generation != _fork_generation[0]:  # (a list read: cheaper than a call)
             self.close()  # the parent's sockets: closed here, never used
-            self._generation = _fork.generation
+            self._generation = _fork_generation[0]
         masters = self._masters
         router = self.router
         if router is not None:  # (_engines/routing.py: assign)

@@ -13,7 +13,7 @@ import weakref
 from collections import deque
 from typing import Callable, Optional
 
-from .._core import fork as _fork
+from .._core.fork import generation as _fork_generation
 from .._core.session import Session
 
 Renewal = Callable[[int], Optional[int]]  # a lock's renewal: acquisition -> when next, or None
@@ -180,7 +180,7 @@ class Renewals:
     def __init__(self, session: Session) -> None:
         self._session = session
         self._watchdog: Optional[Watchdog] = None
-        self._generation = _fork.generation
+        self._generation = _fork_generation[0]
 
     def watchdog(self) -> Watchdog:
         """The client's watchdog; a closed one once the client is closed (watch() on it does
@@ -188,8 +188,8 @@ class Renewals:
         session = self._session
         session.this_process()
         with session.mutex:
-            if self._generation != _fork.generation:
-                self._watchdog, self._generation = None, _fork.generation
+            if self._generation != _fork_generation[0]:
+                self._watchdog, self._generation = None, _fork_generation[0]
             if self._watchdog is None and not session.closed:
                 self._watchdog = Watchdog(session.label)
             return self._watchdog or _CLOSED_WATCHDOG
