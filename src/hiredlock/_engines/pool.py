@@ -14,9 +14,9 @@ pool gives the connections back:
 It takes no lock of its own on the common path: list.append and list.pop are atomic, and this
 is on every round's path (a list, not a deque: compiled, pool.pxd types it and both are C calls,
 about 250 instructions each with the reallocation of a list emptied and refilled at every round,
-where a deque's methods are called as Python methods, some 450). Whether the client is closed is its Session's to say (rounds_closed, set
-before close() is called); close() and a concurrent checkin() are ordered by re-checking it after
-the append.
+where a deque's methods are called as Python methods, some 450). Whether the client is closed
+is its Session's to say (rounds_closed, set before close() is called); close() and a concurrent
+checkin() are ordered by re-checking it after the append.
 
 A caller may ask for one engine in particular (see the engine contract's owes_replies: a lock
 whose last round left commands behind on a master must send its next ones behind them, on the
