@@ -55,7 +55,7 @@ class WithStatement:
             release_failed_on_exit(self._name, exc_type, error)
 
 
-class Lock(WithStatement, LockBase):
+class Lock(LockBase, WithStatement):
     """A Redlock lock on one name. Made by Redlock.lock(); held by one thread at a time.
 
     The watchdog (auto_renew) and the owner may touch it concurrently; a private mutex orders

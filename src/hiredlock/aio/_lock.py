@@ -55,7 +55,7 @@ class AsyncWithStatement:
             release_failed_on_exit(self._name, exc_type, error)
 
 
-class AsyncLock(AsyncWithStatement, LockBase):
+class AsyncLock(LockBase, AsyncWithStatement):
     """A Redlock lock on one name, for asyncio. Made by AsyncRedlock.lock(); held by one task at a
     time. `async with lock:` acquires within blocking_timeout or raises LockNotAcquired (the
     body never runs unlocked), and releases on exit.
