@@ -233,6 +233,25 @@ def test_deleting_the_fence_counter_of_a_held_lock_is_refused(engine, make_redlo
     lock.release()
 
 
+def test_deleting_a_fence_counter_with_a_majority_stopped_is_quorum_unreachable(
+    engine, make_redlock, masters5, key
+):
+    rl = make_redlock(urls(masters5[:3]), master_timeout=MT)
+    lock = rl.lock(key, 5, fencing=True)
+    assert lock.acquire(blocking=False)
+    lock.release()
+    counter = b"hiredlock:fence:" + braced(key)
+    for server in masters5[1:3]:
+        server.stop()
+    try:
+        with pytest.raises(QuorumUnreachable, match="could not be deleted on a quorum"):
+            rl.delete_fence_counter(key)
+    finally:
+        for server in masters5[1:3]:
+            server.cont()
+    assert not masters5[0].admin().exists(counter)  # (the one master that answered deleted it)
+
+
 def test_release_after_expiry_still_raises_not_held_or_lock_lost(
     engine, make_redlock, masters5, key
 ):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Optional
 
+from . import judgement as _judgement
 from . import scripts as _scripts
 from . import validation as _validation
 from .errors import HiredlockError, QuorumUnreachable
@@ -162,8 +163,7 @@ def delete_fence_counter_steps(session: Session, name: Any) -> Steps:
             wait_all=True,
         )
     )[0]
-    answered = len(result[0]) - sum(result[0].count(code) for code in _scripts.FAILURES)
-    if answered < session.quorum:
+    if _judgement.quorum_unreachable(result[0], session.quorum):
         raise QuorumUnreachable(
             f"the fence counter of {name!r} could not be deleted on a quorum",
             session.votes(result),
