@@ -211,14 +211,20 @@ def test_synchronized_refuses_coroutine_and_generator_functions(engine, make_red
 # -- fence counters ---------------------------------------------------------------------------
 
 
-def test_a_fence_counter_can_be_deleted_when_its_resource_is_retired(
-    engine, make_redlock, masters5, key
-):
-    rl = make_redlock(urls(masters5[:3]), master_timeout=MT)
+def client_with_a_fence_counter(make_redlock, masters, key):
+    """A client of `masters` whose fenced lock on `key` was taken and released: (the client,
+    the fence counter's key, now on every master)."""
+    rl = make_redlock(urls(masters), master_timeout=MT)
     lock = rl.lock(key, 5, fencing=True)
     assert lock.acquire(blocking=False)
     lock.release()
-    counter = b"hiredlock:fence:" + braced(key)
+    return rl, b"hiredlock:fence:" + braced(key)
+
+
+def test_a_fence_counter_can_be_deleted_when_its_resource_is_retired(
+    engine, make_redlock, masters5, key
+):
+    rl, counter = client_with_a_fence_counter(make_redlock, masters5[:3], key)
     assert all(server.admin().exists(counter) for server in masters5[:3])
     rl.delete_fence_counter(key)
     assert not any(server.admin().exists(counter) for server in masters5[:3])
@@ -236,11 +242,7 @@ def test_deleting_the_fence_counter_of_a_held_lock_is_refused(engine, make_redlo
 def test_deleting_a_fence_counter_with_a_majority_stopped_is_quorum_unreachable(
     engine, make_redlock, masters5, key
 ):
-    rl = make_redlock(urls(masters5[:3]), master_timeout=MT)
-    lock = rl.lock(key, 5, fencing=True)
-    assert lock.acquire(blocking=False)
-    lock.release()
-    counter = b"hiredlock:fence:" + braced(key)
+    rl, counter = client_with_a_fence_counter(make_redlock, masters5[:3], key)
     for server in masters5[1:3]:
         server.stop()
     try:
