@@ -29,7 +29,7 @@ venv: $(PY)
 # The package with its native engine and the hot path's modules compiled from their .py
 # (HIREDLOCK_NO_COMPILE=1 make install: those run as .py); a failed extension build is an error here.
 install: deps venv
-	$(PY) -m pip install -q "setuptools>=77" "Cython>=3" wheel
+	$(PY) -m pip install -q "setuptools>=77" "Cython>=3.1" wheel
 	HIREDLOCK_REQUIRE_EXTENSIONS=1 $(PY) -m pip install -q --no-build-isolation -e . --group dev
 
 # The test command: every API test runs on both engines, against real redis-servers; the fault

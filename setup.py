@@ -372,7 +372,7 @@ def _cythonize_function() -> Any:
         _fail(
             "Cython 3 is not installed in the build environment.",
             "pip installs it by itself (it is in pyproject.toml's build requirements); with "
-            "--no-build-isolation install it first: pip install 'Cython>=3'.",
+            "--no-build-isolation install it first: pip install 'Cython>=3.1'.",
         )
     return cythonize
 

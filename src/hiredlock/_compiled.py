@@ -25,15 +25,18 @@ import sys
 from importlib.machinery import EXTENSION_SUFFIXES
 
 # The hot path of a lock's acquire and release (Lock's methods, a lock's state and steps, the
-# judgement of a round, the session, the engine pool, the thread gate, the tokens), and asyncio's
-# (AsyncLock's methods, the rounds that batch tasks' requests, the driver of the loop callbacks).
+# judgement of a round, the session, the state mutex, the engine pool, the local gates, the
+# tokens), and asyncio's (AsyncLock's methods, the rounds that batch tasks' requests, the driver
+# of the loop callbacks).
 COMPILED = (
     "hiredlock._core.tokens",
     "hiredlock._core.judgement",
     "hiredlock._core.session",
+    "hiredlock._core.state_mutex",
     "hiredlock._core.lock_state",
     "hiredlock._core.lock_steps",
     "hiredlock._engines.pool",
+    "hiredlock._core.local_gate",
     "hiredlock._sync.gate",
     "hiredlock._lock",
     "hiredlock.aio._driver",

@@ -10,7 +10,6 @@ from typing import Any, Callable, Literal, Optional, TypeVar, overload
 
 from ._core import batches as _batches
 from ._core import lock_batches as _lock_batches
-from ._core import lock_state as _lock_state
 from ._core import lock_steps as _lock_steps
 from ._core import options as _options
 from ._core import validation as _validation
@@ -136,7 +135,7 @@ class Redlock(ClientBase):
         _batches.check_names(names)
         self._session.timing(ttl)  # a bad ttl is refused even for an empty batch
         locks = [Lock(self, name, ttl) for name in names]
-        pin = _lock_state.share_pin(locks)
+        pin = _lock_batches.share_pin(locks)
         steps = _lock_batches.acquire_many_steps(self._session, locks)
         try:
             acquired: list[Optional[Lock]] = self._session.rounds.run(steps, pin)
@@ -155,7 +154,7 @@ class Redlock(ClientBase):
         """
         batch = list(locks)
         steps = _lock_batches.release_many_steps(self._session, "Redlock", Lock, batch)
-        self._session.rounds.run(steps, _lock_state.pin_of(batch))
+        self._session.rounds.run(steps, _lock_batches.pin_of(batch))
 
     def multilock(
         self,

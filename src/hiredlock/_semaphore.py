@@ -7,7 +7,7 @@ import threading
 from typing import Any, Optional
 
 from ._core.errors import HiredlockError, LockNotAcquired, Vote
-from ._core.lock_state import share_pin
+from ._core.lock_batches import share_pin
 from ._core.lock_steps import give_back_steps
 from ._core.semaphores import PermitBase, SemaphoreBase
 from ._core.validation import Duration

@@ -85,6 +85,37 @@ def test_a_child_can_take_a_lock_object_its_parent_made(engine, make_redlock, ma
     lock.release()
 
 
+def test_a_child_takes_a_lock_object_whose_state_mutex_a_parent_thread_held(
+    engine, make_redlock, masters5, key
+):
+    """Each process orders a lock object's state changes with its own mutex (see
+    _core/state_mutex.py): the child makes a new one, so a mutex a thread of the parent held at
+    the fork is never waited for. Uncompiled, the mutex is a threading.Lock that a parent thread
+    holds here across the fork; compiled, it is a C mutex no Python code can hold, and the test
+    checks that the child's mutex is a new one."""
+    rl = make_redlock(urls(masters5[:3]), master_timeout=MT)
+    lock = rl.lock(key, 30)
+    parent_mutex = lock._mutex
+    python_lock = getattr(parent_mutex, "lock", None)  # (None: the C mutex, not reachable)
+    if python_lock is not None:
+        python_lock.acquire()  # as a watchdog thread inside a renewal's state change would
+
+    def child() -> bool:
+        assert lock.acquire(blocking=False)
+        lock.release()
+        assert lock._mutex is not parent_mutex
+        rl.close()
+        return True
+
+    try:
+        assert in_child(child, timeout=20)
+    finally:
+        if python_lock is not None:
+            python_lock.release()
+    assert lock.acquire(blocking=False)  # the parent's own mutex still works
+    lock.release()
+
+
 def test_auto_renewal_runs_in_a_child(engine, make_redlock, masters5, key):
     rl = make_redlock(urls(masters5[:3]), master_timeout=MT)
     parent_lock = rl.lock(key + ":parent", 0.6, auto_renew=True)

@@ -17,6 +17,7 @@ from .errors import (
     QuorumUnreachable,
 )
 from .events import Event
+from .lock_state import LockState
 from .lock_steps import LockBase, closed_while_acquiring, unlock_keys
 from .multilocks import MultiLockBase
 from .requests import SetNx, Steps, script
@@ -145,3 +146,18 @@ def release_many_steps(
             errors[0][1].votes,
         )
     return None
+
+
+def share_pin(locks: Sequence[LockState], pin: Optional[list[Any]] = None) -> list[Any]:
+    """One pin (see LockState._pin) for the locks of a batch, which go out together (or for a
+    permit: `pin`, the one of the semaphore's acquire that took it)."""
+    if pin is None:
+        pin = [None]
+    for lock in locks:
+        lock._pin = pin
+    return pin
+
+
+def pin_of(locks: Sequence[Any]) -> Optional[list[Any]]:
+    """The pin a batch of locks goes out with: the first one's."""
+    return locks[0]._pin if locks and isinstance(locks[0], LockState) else None

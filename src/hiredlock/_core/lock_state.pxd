@@ -7,7 +7,9 @@
 # Python subclasses (Lock, AsyncLock, the other kinds) may override any method, cpdef ones too.
 
 from hiredlock._core.judgement cimport oks as _oks, won as _round_won
+from hiredlock._core.local_gate cimport LocalGate
 from hiredlock._core.session cimport Session
+from hiredlock._core.state_mutex cimport StateMutex
 
 
 cdef class LockState:
@@ -24,7 +26,7 @@ cdef class LockState:
     cdef public object _extensions
     cdef public object _fence
     cdef public object _fencing
-    cdef public object _gate
+    cdef public LocalGate _gate  # (entered and left on every acquire's and release's path)
     cdef public object _generation
     cdef public object _key
     cdef public object _last_codes
@@ -34,7 +36,7 @@ cdef class LockState:
     cdef public object _lost_event
     cdef public object _max_extensions
     cdef public object _max_hold_ns
-    cdef public object _mutex
+    cdef public StateMutex _mutex  # (taken in C: see state_mutex.pxd)
     cdef public object _name
     cdef public object _notices
     cdef public object _on_lost

@@ -14,8 +14,6 @@ acquisition it was made for is still the current one.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .._engines.contract import RoundResult
@@ -30,6 +28,7 @@ from .judgement import oks as _oks  # (C calls once compiled: see judgement.pxd)
 from .judgement import won as _round_won
 from .observe import LockStats
 from .requests import Request, RunScript, SetNx, script
+from .state_mutex import StateMutex
 from .validation import Duration
 
 if TYPE_CHECKING:
@@ -153,7 +152,7 @@ class LockState:
         woken = session.wake if wake is None else _validation.flag(wake, "wake")
         self._notices = session.notices if woken else None
         self._channel: Optional[bytes] = None  # _wake_channel(), made on first use
-        self._mutex = threading.Lock()
+        self._mutex = StateMutex()
         # held by the thread or task of this process that holds the lock object (see _sync/gate.py),
         # from its acquire() until the token is let go
         self._gate = self._new_gate()
@@ -323,7 +322,7 @@ class LockState:
         self._this_process()
         event = self._lost_event
         if event is None:
-            with self._mutex:  # one Event, even when the renewal asks at the same time
+            with self._mutex.lock:  # one Event, even when the renewal asks at the same time
                 if self._lost_event is None:
                     self._lost_event = self._new_lost_event()
                 event = self._lost_event
@@ -384,7 +383,7 @@ class LockState:
         thread (the watchdog, say) may have held it at the fork, and it would never be let go."""
         if self._generation == _fork_generation[0]:
             return
-        self._mutex = threading.Lock()
+        self._mutex = StateMutex()
         self._gate = self._new_gate()
         self._lost_event = None
         self._token = None
@@ -402,7 +401,7 @@ class LockState:
     def _forget_expired(self) -> None:
         """A lock whose validity ran out (or that was lost) is let go locally before a new
         acquire: its keys expire with their ttl, and its renewals stop."""
-        with self._mutex:
+        with self._mutex.lock:
             self._token = None
             self._adopted = False
             self._lost = False
@@ -453,26 +452,32 @@ class LockState:
         ref = self._registry_ref
         if ref is None:
             ref = self._registry_ref = session.registry_entry(self)
+        # (what may run Python code runs outside the state mutex: see state_mutex.py)
+        # Renewal stops once the owner (thread or task) has ended.
+        owner = self._current_owner() if self._auto_renew else None
+        valid_until_ns = start + int((self._ttl_ms - self._drift_ms) * 1_000_000)
         with session.mutex:
             if session.closed:
                 return False
-            with self._mutex:
+            # (the last acquisition's owner and round are dropped once the mutex is free)
+            dropped = self._owner, self._won
+            with self._mutex.lock:
                 self._token = token
                 self._lost = False
-                if self._lost_event is not None:
-                    self._lost_event.clear()
                 self._fence = fence
                 self._extensions = 0
-                self._valid_until_ns = start + int((self._ttl_ms - self._drift_ms) * 1_000_000)
+                self._valid_until_ns = valid_until_ns
                 self._acquired_at_ns = start
-                # renewal stops once the owner (thread or task) has ended
-                self._owner = self._current_owner() if self._auto_renew else None
+                self._owner = owner
                 self._acquisition += 1
                 self._released_by_close = False
                 acquisition = self._acquisition
                 # (the winning round; with the call's wait and attempts when some were refused)
                 self._won = (won, began, refused) if refused else won
             session.held[id(self)] = ref
+        del dropped
+        if self._lost_event is not None:
+            self._lost_event.clear()
         if self._last_votes:  # (set with _last_codes by a refused attempt, or by a failed round)
             self._last_votes = ()
             self._last_codes = None
@@ -502,7 +507,7 @@ class LockState:
         """Forgets the token (no renewal follows); returns it and whether the lock was lost."""
         if self._generation != _fork_generation[0]:
             self._this_process()
-        with self._mutex:
+        with self._mutex.lock:
             token = self._token
             if token is None:
                 raise NotHeld(f"lock {self._name!r} is not held by this {self._kind} object")
@@ -515,7 +520,7 @@ class LockState:
             self._acquisition += 1  # renewals of this acquisition are dropped
         self._session.held.pop(id(self), None)
         gate = self._gate
-        if gate.held:
+        if gate.is_held():
             gate.leave()
         return token, lost
 
@@ -547,11 +552,12 @@ class LockState:
         """Marks this acquisition lost (if it is still the current one) and tells the owner:
         `lost` is set first, then on_lost runs (here, or where it cannot delay other renewals
         when a renewal found the loss); False when it is not the current one any more."""
-        with self._mutex:
+        now_ns = _clock.monotonic_ns()  # (before the state mutex: see state_mutex.py)
+        with self._mutex.lock:
             if acquisition != self._acquisition or self._token is None:
                 return False
             self._lost = True
-            self._released_ns = _clock.monotonic_ns()
+            self._released_ns = now_ns
         if why is not None:
             _observe.renewal_log.warning("hiredlock: lost %r: %s", self._name, why)
         _observe.tell_lost(self, self._last_votes, why or "could not be extended on a quorum")
@@ -581,18 +587,3 @@ class LockState:
     def __repr__(self) -> str:
         state = "held" if self.held else ("lost" if self._lost else "unlocked")
         return f"<hiredlock.{self._kind} {self._name!r} ttl={self.ttl:g}s {state}>"
-
-
-def share_pin(locks: Sequence[LockState], pin: Optional[list[Any]] = None) -> list[Any]:
-    """One pin (see LockState._pin) for the locks of a batch, which go out together (or for a
-    permit: `pin`, the one of the semaphore's acquire that took it)."""
-    if pin is None:
-        pin = [None]
-    for lock in locks:
-        lock._pin = pin
-    return pin
-
-
-def pin_of(locks: Sequence[Any]) -> Optional[list[Any]]:
-    """The pin a batch of locks goes out with: the first one's."""
-    return locks[0]._pin if locks and isinstance(locks[0], LockState) else None

@@ -345,7 +345,7 @@ class LockBase(LockState):
         acquisition = self._acquisition
         failed = yield from self._extend_round(timing, acquisition, "extend")
         if failed is None:
-            with self._mutex:
+            with self._mutex.lock:
                 self._extensions += 1
             return
         if self._mark_lost(acquisition, None):
@@ -370,7 +370,7 @@ class LockBase(LockState):
         result = (yield self._extend_request(token, ttl_ms, timeout_ms))[0]
         if _round_won(result[0], result[1], ttl_ms, drift, self._session.quorum):
             valid_until = start + int((ttl_ms - drift) * 1_000_000)
-            with self._mutex:
+            with self._mutex.lock:
                 if acquisition == self._acquisition:
                     self._valid_until_ns = valid_until
             session = self._session
@@ -408,7 +408,7 @@ class LockBase(LockState):
             live_ms -= _judgement.drift_ms(live_ms, session.drift_factor)
             valid_until = start + int(live_ms * 1_000_000)
             if valid_until > _clock.monotonic_ns():
-                with self._mutex:
+                with self._mutex.lock:
                     if acquisition == self._acquisition:
                         self._valid_until_ns = valid_until
                 return self.validity

@@ -20,13 +20,15 @@ import threading
 import time
 from typing import Optional
 
+from .._core.local_gate import LocalGate
+
 _get_ident = threading.get_ident
 
 # A waiter looks at the gate again at least this often, however it was (not) woken.
 WAIT_SLICE_S = 0.05
 
 
-class ThreadGate:
+class ThreadGate(LocalGate):
     """Held by one thread at a time; any thread may leave it (as threading.Lock's release)."""
 
     __slots__ = ("_holder", "_waiters", "_wake")
@@ -37,8 +39,7 @@ class ThreadGate:
         self._wake = threading.Lock()  # released (a token) when the gate is left with waiters
         self._wake.acquire()
 
-    @property
-    def held(self) -> bool:
+    def is_held(self) -> bool:
         return 0 in self._holder
 
     @property

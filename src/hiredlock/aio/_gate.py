@@ -9,8 +9,10 @@ import time
 from collections import deque
 from typing import Optional
 
+from .._core.local_gate import LocalGate
 
-class TaskGate:
+
+class TaskGate(LocalGate):
     """Held by one task at a time; any task may leave it (as asyncio.Lock's release)."""
 
     __slots__ = ("_held", "_waiters", "owner")
@@ -20,8 +22,7 @@ class TaskGate:
         self._waiters: deque[asyncio.Future[None]] = deque()
         self.owner: Optional[asyncio.Task[object]] = None  # the task that entered last
 
-    @property
-    def held(self) -> bool:
+    def is_held(self) -> bool:
         return self._held
 
     @property

@@ -1,0 +1,10 @@
+# LocalGate as an extension type, when Cython compiles local_gate.py (see hiredlock/_compiled.py):
+# lock_state.pxd types a lock's gate with it, so that try_enter, mine, is_held and leave, on every
+# acquire's and release's path, are C calls (ThreadGate's, gate.pxd), or dispatched to the Python
+# methods of a Python subclass (TaskGate).
+
+cdef class LocalGate:
+    cpdef bint is_held(self) except -1
+    cpdef bint try_enter(self) except -1
+    cpdef bint mine(self) except -1
+    cpdef leave(self)

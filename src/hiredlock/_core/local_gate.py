@@ -1,0 +1,36 @@
+"""What a lock's state asks of its local gate: the one thread or task of this process that holds
+the lock object (ThreadGate in hiredlock/_sync/gate.py for threads, TaskGate in
+hiredlock/aio/_gate.py for the tasks of an event loop).
+
+A base class so that, compiled (local_gate.pxd), the state's calls of these methods on every
+acquire and release are C calls: ThreadGate overrides them as an extension type too; TaskGate,
+a Python class, overrides them in Python.
+"""
+
+from __future__ import annotations
+
+
+class LocalGate:
+    """Held by one thread or task at a time; waiting for it is the subclass's (enter)."""
+
+    __slots__ = ()
+
+    @property
+    def held(self) -> bool:
+        return self.is_held()
+
+    def is_held(self) -> bool:
+        """Whether some thread or task holds the gate."""
+        raise NotImplementedError
+
+    def try_enter(self) -> bool:
+        """Takes the gate if it is free (False when held, by the caller too)."""
+        raise NotImplementedError
+
+    def mine(self) -> bool:
+        """Whether the calling thread or task holds the gate."""
+        raise NotImplementedError
+
+    def leave(self) -> None:
+        """Frees the gate, or hands it to a waiter."""
+        raise NotImplementedError
