@@ -6,6 +6,7 @@ has it open), and the parent's connections keep working.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import re
@@ -85,20 +86,29 @@ def test_a_child_can_take_a_lock_object_its_parent_made(engine, make_redlock, ma
     lock.release()
 
 
+@contextlib.contextmanager
+def held_across_the_fork(state_mutex):
+    """Holds a StateMutex (see _core/state_mutex.py) in this process while the block forks, as a
+    thread inside a state change would. Only uncompiled: compiled, it is a C mutex that no Python
+    code can hold (and that no thread holds while another runs Python code, so none at a fork);
+    there, the tests check that the child's mutex is a new one."""
+    python_lock = getattr(state_mutex, "lock", None)
+    if python_lock is None:
+        yield
+        return
+    python_lock.acquire()
+    try:
+        yield
+    finally:
+        python_lock.release()
+
+
 def test_a_child_takes_a_lock_object_whose_state_mutex_a_parent_thread_held(
     engine, make_redlock, masters5, key
 ):
-    """Each process orders a lock object's state changes with its own mutex (see
-    _core/state_mutex.py): the child makes a new one, so a mutex a thread of the parent held at
-    the fork is never waited for. Uncompiled, the mutex is a threading.Lock that a parent thread
-    holds here across the fork; compiled, it is a C mutex no Python code can hold, and the test
-    checks that the child's mutex is a new one."""
     rl = make_redlock(urls(masters5[:3]), master_timeout=MT)
     lock = rl.lock(key, 30)
     parent_mutex = lock._mutex
-    python_lock = getattr(parent_mutex, "lock", None)  # (None: the C mutex, not reachable)
-    if python_lock is not None:
-        python_lock.acquire()  # as a watchdog thread inside a renewal's state change would
 
     def child() -> bool:
         assert lock.acquire(blocking=False)
@@ -107,13 +117,30 @@ def test_a_child_takes_a_lock_object_whose_state_mutex_a_parent_thread_held(
         rl.close()
         return True
 
-    try:
+    with held_across_the_fork(parent_mutex):
         assert in_child(child, timeout=20)
-    finally:
-        if python_lock is not None:
-            python_lock.release()
     assert lock.acquire(blocking=False)  # the parent's own mutex still works
     lock.release()
+
+
+def test_a_child_closes_a_client_whose_state_mutex_a_parent_thread_held(
+    engine, make_redlock, masters5, key
+):
+    rl = make_redlock(urls(masters5[:3]), master_timeout=MT)
+    lock = rl.lock(key, 30)
+    parent_mutex = rl._session.state_mutex
+
+    def child() -> bool:
+        assert lock.acquire(blocking=False)  # (its _took takes the client's state mutex)
+        rl.close()  # releases it
+        assert rl._session.state_mutex is not parent_mutex
+        return True
+
+    with held_across_the_fork(parent_mutex):
+        assert in_child(child, timeout=20)
+    assert_no_key(masters5[:3], key)
+    with rl.lock(key, 30):  # the parent's own mutex still works
+        pass
 
 
 def test_auto_renewal_runs_in_a_child(engine, make_redlock, masters5, key):

@@ -456,7 +456,7 @@ class LockState:
         # Renewal stops once the owner (thread or task) has ended.
         owner = self._current_owner() if self._auto_renew else None
         valid_until_ns = start + int((self._ttl_ms - self._drift_ms) * 1_000_000)
-        with session.mutex:
+        with session.state_mutex.lock:
             if session.closed:
                 return False
             # (the last acquisition's owner and round are dropped once the mutex is free)

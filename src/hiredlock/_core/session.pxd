@@ -4,6 +4,9 @@
 # C. The fields are Session.__slots__ (tests/test_compiled.py checks that both say the same),
 # public: every layer reads them.
 
+from hiredlock._core.state_mutex cimport StateMutex
+
+
 cdef class Session:
     cdef object __weakref__
     cdef public object _name_keys
@@ -34,6 +37,7 @@ cdef class Session:
     cdef public object retry_delay
     cdef public object rounds
     cdef public bint rounds_closed
+    cdef public StateMutex state_mutex  # (taken in C: see state_mutex.pxd)
     cdef public object tell
     cdef public object turns
     cdef public list under_way

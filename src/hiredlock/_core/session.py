@@ -23,6 +23,7 @@ from .fork import generation as _fork_generation
 from .keys import NameKeys
 from .masters import MasterLike, MasterSpec
 from .scripts import Outcome
+from .state_mutex import StateMutex
 from .turns import Turns
 from .validation import Duration
 
@@ -74,6 +75,7 @@ class Session:
         "retry_delay",
         "rounds",
         "rounds_closed",
+        "state_mutex",
         "tell",
         "turns",
         "under_way",
@@ -145,7 +147,11 @@ class Session:
         self.closed = False  # set first by close(): no acquire may win from then on
         self.rounds_closed = False  # set last (close_rounds()): no round can go out any more
         self.closing = threading.Event()  # set with `closed`: ends the waits between attempts
-        self.mutex = threading.Lock()
+        # Orders `closed` with the locks entering `held` (see LockState._took): a lock that wins
+        # after close() has set `closed` is never registered, so close() finds every lock it
+        # must release. Only fields are read and written under it (see state_mutex.py).
+        self.state_mutex = StateMutex()
+        self.mutex = threading.Lock()  # the rest: the settling of the acquires, the watchdog
         # one item per acquire whose steps are under way (see begin_acquire)
         self.under_way: list[None] = []
         self._settled = threading.Condition(self.mutex)
@@ -262,7 +268,7 @@ class Session:
         """Marks the client closed (False when it was already) and ends the waits between
         attempts; the acquires in flight then end within a round or two."""
         self.this_process()
-        with self.mutex:
+        with self.state_mutex.lock:
             if self.closed:
                 return False
             self.closed = True
@@ -317,9 +323,10 @@ class Session:
 
     def this_process(self) -> bool:
         """In a forked child (True): the parent's held locks are not ours to release or renew,
-        and the parent's mutex (which one of its threads may have held) is replaced."""
+        and the parent's mutexes (which one of its threads may have held) are replaced."""
         if self.generation == _fork_generation[0]:
             return False
+        self.state_mutex = StateMutex()
         self.mutex = threading.Lock()
         self._settled = threading.Condition(self.mutex)
         self._on_settled = []

@@ -1,12 +1,13 @@
-"""The mutex that orders the state changes of one lock object (its owner's acquire and release,
-the watchdog's renewals, extend and check: see lock_state.py).
+"""The mutex of a few fields that change together: a lock object's state (its owner's acquire
+and release, the watchdog's renewals, extend and check: see lock_state.py), and a client's
+`closed` with the locks it holds (see session.py).
 
 Compiled (state_mutex.pxd), `lock` is a C mutex in the object (Cython's pymutex: PyMutex on
 Python 3.13+, a PyThread lock before), and `with mutex.lock:` takes and gives it with no Python
 call: a try-acquire first, and when another thread holds it, a wait with the GIL released.
 Uncompiled, it is a threading.Lock. Either way a forked child makes a new StateMutex for every
-lock object it uses (LockState._this_process), so a mutex held by a thread of the parent at the
-fork is never waited for.
+lock object and client it uses (LockState._this_process, Session.this_process), so a mutex held
+by a thread of the parent at the fork is never waited for.
 
 What runs while it is held: field reads and writes only (no call that could run Python code),
 so that compiled, the holder keeps the GIL throughout and the mutex is never found held.
@@ -25,7 +26,7 @@ except ImportError:  # uncompiled, without Cython installed: only `compiled` is 
 
 
 class StateMutex:
-    """One lock object's mutex, for one process: `with mutex.lock:`."""
+    """A mutex for one process: `with mutex.lock:`."""
 
     __slots__ = ("lock",)
 
