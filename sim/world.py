@@ -225,15 +225,13 @@ class World:
     @contextmanager
     def installed(self) -> Generator[None, None, None]:
         """The library reads this world's clock (and its `random` is seeded by it) meanwhile."""
-        saved = _clock.monotonic_ns, _clock.time_ns, random.getstate()
-        _clock.monotonic_ns = self.clock
-        _clock.time_ns = lambda: EPOCH_NS + self.now
+        saved = _clock.use(self.clock, lambda: EPOCH_NS + self.now), random.getstate()
         random.seed(self.rng.random())
         try:
             yield
         finally:
-            _clock.monotonic_ns, _clock.time_ns = saved[0], saved[1]
-            random.setstate(saved[2])
+            _clock.use(*saved[0])
+            random.setstate(saved[1])
 
     def clock(self) -> int:
         return self.now

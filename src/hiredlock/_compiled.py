@@ -25,10 +25,11 @@ import sys
 from importlib.machinery import EXTENSION_SUFFIXES
 
 # The hot path of a lock's acquire and release (Lock's methods, a lock's state and steps, the
-# judgement of a round, the session, the state mutex, the engine pool, the local gates, the
-# tokens), and asyncio's (AsyncLock's methods, the rounds that batch tasks' requests, the driver
-# of the loop callbacks).
+# judgement of a round, the clock, the session, the state mutex, the engine pool, the local
+# gates, the tokens), and asyncio's (AsyncLock's methods, the rounds that batch tasks' requests,
+# the driver of the loop callbacks).
 COMPILED = (
+    "hiredlock._core.clock",
     "hiredlock._core.tokens",
     "hiredlock._core.judgement",
     "hiredlock._core.session",

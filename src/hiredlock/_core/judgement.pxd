@@ -5,4 +5,7 @@
 cdef int _OK  # (compared in C by oks)
 
 cpdef Py_ssize_t oks(bytes codes)
+cpdef bint says_more(bytes codes, bytes quiet) except -1
+# (of Python numbers: int() of a C double would make one anyway)
+cpdef valid_until_ns(start_ns, ttl_ms, drift)
 cpdef bint won(bytes codes, long long elapsed_ns, double ttl_ms, double drift, Py_ssize_t n_quorum)

@@ -39,6 +39,12 @@ def validity_ms(ttl_ms: float, elapsed_ms: float, drift_factor: float) -> float:
     return ttl_ms - elapsed_ms - drift_ms(ttl_ms, drift_factor)
 
 
+def valid_until_ns(start_ns: int, ttl_ms: float, drift: float) -> int:
+    """When a lock that a round begun at start_ns (monotonic ns) took or extended for ttl_ms stops
+    being valid: the ttl less the drift, counted from the round's start."""
+    return start_ns + int((ttl_ms - drift) * 1_000_000)
+
+
 def default_master_timeout_ms(ttl_ms: float) -> float:
     return min(MASTER_TIMEOUT_MAX_MS, max(MASTER_TIMEOUT_MIN_MS, ttl_ms * MASTER_TIMEOUT_FRACTION))
 
@@ -54,6 +60,16 @@ def oks(codes: bytes) -> int:
         if code == _OK:
             count += 1
     return count
+
+
+def says_more(codes: bytes, quiet: bytes) -> bool:
+    """Whether a round's codes hold one that is not in `quiet` (see Session.quiet_acquire): a
+    round to observe or report. (Compiled, a loop in C: `codes.strip(quiet)` is a method call that
+    parses its arguments, some 380 instructions on every acquire's path.)"""
+    for code in codes:  # noqa: SIM110 (a generator in a cpdef function does not compile)
+        if code not in quiet:
+            return True
+    return False
 
 
 def won(codes: bytes, elapsed_ns: int, ttl_ms: float, drift: float, n_quorum: int) -> bool:

@@ -6,7 +6,13 @@
 #
 # Python subclasses (Lock, AsyncLock, the other kinds) may override any method, cpdef ones too.
 
-from hiredlock._core.judgement cimport oks as _oks, won as _round_won
+from hiredlock._core.clock cimport monotonic_ns as _monotonic_ns
+from hiredlock._core.judgement cimport (
+    oks as _oks,
+    says_more as _says_more,
+    valid_until_ns as _valid_until_ns,
+    won as _round_won,
+)
 from hiredlock._core.local_gate cimport LocalGate
 from hiredlock._core.session cimport Session
 from hiredlock._core.state_mutex cimport StateMutex

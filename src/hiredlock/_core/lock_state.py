@@ -17,14 +17,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .._engines.contract import RoundResult
-from . import clock as _clock
 from . import judgement as _judgement
 from . import observe as _observe
 from . import scripts as _scripts
 from . import validation as _validation
+from .clock import monotonic_ns as _monotonic_ns  # (C calls once compiled: see clock.pxd)
 from .errors import LockLost, NotHeld, Vote
 from .fork import generation as _fork_generation
 from .judgement import oks as _oks  # (C calls once compiled: see judgement.pxd)
+from .judgement import says_more as _says_more
+from .judgement import valid_until_ns as _valid_until_ns
 from .judgement import won as _round_won
 from .observe import LockStats
 from .requests import Request, RunScript, SetNx, script
@@ -338,7 +340,7 @@ class LockState:
         """Seconds the lock is still guaranteed to be ours (0.0 when not held or lost)."""
         if self._token is None or self._lost or self._generation != _fork_generation[0]:
             return 0.0
-        return max(0.0, (self._valid_until_ns - _clock.monotonic_ns()) / 1e9)
+        return max(0.0, (self._valid_until_ns - _monotonic_ns()) / 1e9)
 
     @property
     def held(self) -> bool:
@@ -455,7 +457,7 @@ class LockState:
         # (what may run Python code runs outside the state mutex: see state_mutex.py)
         # Renewal stops once the owner (thread or task) has ended.
         owner = self._current_owner() if self._auto_renew else None
-        valid_until_ns = start + int((self._ttl_ms - self._drift_ms) * 1_000_000)
+        valid_until_ns = _valid_until_ns(start, self._ttl_ms, self._drift_ms)
         with session.state_mutex.lock:
             if session.closed:
                 return False
@@ -481,7 +483,7 @@ class LockState:
         if self._last_votes:  # (set with _last_codes by a refused attempt, or by a failed round)
             self._last_votes = ()
             self._last_codes = None
-        if won[0].strip(session.quiet_acquire):  # (observed, or degraded)
+        if _says_more(won[0], session.quiet_acquire):  # (observed, or degraded)
             _observe.tell_acquired(self)
         if self._auto_renew:  # (only an auto-renewed lock counts renewals)
             self._renewed = _NOT_RENEWED
@@ -527,8 +529,8 @@ class LockState:
     def _released(self, result: RoundResult, lost: bool) -> Optional[LockLost]:
         """The error for a release round's result, or None when a quorum released."""
         if not lost and _oks(result[0]) >= self._session.quorum:
-            self._released_ns = _clock.monotonic_ns()
-            if result[0].strip(self._session.quiet_wait_all):  # (observed, or degraded)
+            self._released_ns = _monotonic_ns()
+            if _says_more(result[0], self._session.quiet_wait_all):  # (observed, or degraded)
                 _observe.tell_released(self, result)
             return None
         return self._release_lost(result, lost)
@@ -539,7 +541,7 @@ class LockState:
         extend)."""
         self._last_votes = self._session.votes(result)
         if not told:
-            self._released_ns = _clock.monotonic_ns()
+            self._released_ns = _monotonic_ns()
             _observe.lock_log.debug(
                 "hiredlock: %r was no longer held by a quorum when released", self._name
             )
@@ -552,7 +554,7 @@ class LockState:
         """Marks this acquisition lost (if it is still the current one) and tells the owner:
         `lost` is set first, then on_lost runs (here, or where it cannot delay other renewals
         when a renewal found the loss); False when it is not the current one any more."""
-        now_ns = _clock.monotonic_ns()  # (before the state mutex: see state_mutex.py)
+        now_ns = _monotonic_ns()  # (before the state mutex: see state_mutex.py)
         with self._mutex.lock:
             if acquisition != self._acquisition or self._token is None:
                 return False

@@ -2,7 +2,13 @@
 # a subclass of LockState's (lock_state.pxd), so that its steps read the lock's fields in C. It adds
 # no field (LockBase.__slots__ is empty); the API classes call the methods below in C.
 
-from hiredlock._core.judgement cimport oks as _oks, won as _round_won
+from hiredlock._core.clock cimport monotonic_ns as _monotonic_ns
+from hiredlock._core.judgement cimport (
+    oks as _oks,
+    says_more as _says_more,
+    valid_until_ns as _valid_until_ns,
+    won as _round_won,
+)
 from hiredlock._core.lock_state cimport LockState
 from hiredlock._core.tokens cimport new_token
 

@@ -13,11 +13,11 @@ import weakref
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from . import clock as _clock
 from . import judgement as _judgement
 from . import observe as _observe
 from . import scripts as _scripts
 from . import validation as _validation
+from .clock import monotonic_ns as _monotonic_ns  # (C calls once compiled: see clock.pxd)
 from .errors import (
     AlreadyAcquired,
     HiredlockError,
@@ -28,6 +28,8 @@ from .errors import (
 from .events import Event, EventKind, Operation
 from .fork import generation as _fork_generation
 from .judgement import oks as _oks  # (C calls once compiled: see judgement.pxd)
+from .judgement import says_more as _says_more
+from .judgement import valid_until_ns as _valid_until_ns
 from .judgement import won as _round_won
 from .lock_state import LockState
 from .requests import Cleanup, Pause, RunScript, Steps, heard_on, script
@@ -143,7 +145,7 @@ class LockBase(LockState):
             token = new_token()
             if suffix:
                 token += suffix
-            start = _clock.monotonic_ns()
+            start = _monotonic_ns()
             try:
                 if self._fencing:
                     failed, fence, result = yield from self._fenced_rounds(token, start)
@@ -209,7 +211,7 @@ class LockBase(LockState):
             return
         sibling, acquisition = holder
         notices = self._notices
-        now = waited_from = _clock.monotonic_ns()
+        now = waited_from = _monotonic_ns()
         until = now + int(delay * 1e9)
         try:
             while not session.closed:
@@ -219,7 +221,7 @@ class LockBase(LockState):
                 if wait_ns <= 0:
                     return
                 yield Pause(wait_ns / 1e9, notices, channel, 0.0, seen, session.closing)
-                now = _clock.monotonic_ns()
+                now = _monotonic_ns()
         except BaseException as exc:  # (interrupted in the pause)
             self._not_taken(_observe.failure_reason(exc, session.closed), waited_from, 0, 0)
             raise
@@ -231,7 +233,7 @@ class LockBase(LockState):
         tell = self._session.tell
         if tell is None:
             return
-        duration = (_clock.monotonic_ns() - began) / 1e9 if began else 0.0
+        duration = (_monotonic_ns() - began) / 1e9 if began else 0.0
         votes = self._last_votes if refused else ()
         kind = self._told_kind
         tell(Event("acquire_failed", self._name, kind, votes, duration, tries, reason=reason))
@@ -269,7 +271,7 @@ class LockBase(LockState):
                 wait_all=True,
             )
         )[0]
-        elapsed_ns = _clock.monotonic_ns() - start
+        elapsed_ns = _monotonic_ns() - start
         return self._refusal(second, elapsed_ns), fence, (first[0], elapsed_ns, first[2], None)
 
     def _unlock_steps(self, token: bytes) -> Steps:
@@ -312,7 +314,7 @@ class LockBase(LockState):
         oks = _oks(result[0])
         if lost or oks < session.quorum:
             raise self._release_lost(result, lost)
-        self._released_ns = _clock.monotonic_ns()
+        self._released_ns = _monotonic_ns()
         if oks != session.quiet_oks:  # (observed, or a master did not say OK)
             _observe.tell_released(self, result)
 
@@ -364,17 +366,17 @@ class LockBase(LockState):
         token = self._token
         if token is None:
             raise NotHeld(f"lock {self._name!r} is not held by this {self._kind} object")
-        start = _clock.monotonic_ns()
+        start = _monotonic_ns()
         # wait_all: every master that keeps up gets the new ttl (and the EVAL after a NOSCRIPT);
         # the validity still counts from this round's start.
         result = (yield self._extend_request(token, ttl_ms, timeout_ms))[0]
         if _round_won(result[0], result[1], ttl_ms, drift, self._session.quorum):
-            valid_until = start + int((ttl_ms - drift) * 1_000_000)
+            valid_until = _valid_until_ns(start, ttl_ms, drift)
             with self._mutex.lock:
                 if acquisition == self._acquisition:
                     self._valid_until_ns = valid_until
             session = self._session
-            if result[0].strip(session.quiet_wait_all):  # (observed, or degraded)
+            if _says_more(result[0], session.quiet_wait_all):  # (observed, or degraded)
                 tell = session.tell
                 name, kind = self._name, self._told_kind
                 _observe.note_round(session, tell, name, kind, operation, result)
@@ -396,7 +398,7 @@ class LockBase(LockState):
         if token is None or self._lost:
             raise NotHeld(f"lock {self._name!r} is not held by this {self._kind} object")
         acquisition = self._acquisition
-        start = _clock.monotonic_ns()
+        start = _monotonic_ns()
         result = (yield self._check_request(token))[0]
         session = self._session
         lives = sorted(
@@ -407,7 +409,7 @@ class LockBase(LockState):
             live_ms = lives[session.quorum - 1]  # every key of this quorum lives that long
             live_ms -= _judgement.drift_ms(live_ms, session.drift_factor)
             valid_until = start + int(live_ms * 1_000_000)
-            if valid_until > _clock.monotonic_ns():
+            if valid_until > _monotonic_ns():
                 with self._mutex.lock:
                     if acquisition == self._acquisition:
                         self._valid_until_ns = valid_until
@@ -437,7 +439,7 @@ class LockBase(LockState):
                 self._name,
             )
             return None
-        now = _clock.monotonic_ns()
+        now = _monotonic_ns()
         if self._max_hold_ns is not None and now - self._acquired_at_ns >= self._max_hold_ns:
             return None
         failed = yield from self._extend_round(None, acquisition, "renew")
@@ -450,7 +452,7 @@ class LockBase(LockState):
         retry_at = _judgement.renewal_retry_ns(
             failed[0],
             self._session.quorum,
-            _clock.monotonic_ns(),
+            _monotonic_ns(),
             self._valid_until_ns,
             self._timeout_ms,
         )
@@ -509,9 +511,9 @@ def acquire_deadline(
         wait_ms = _validation.duration_ms(timeout, "timeout")
         if wait_ms < 0:
             raise ValueError(f"timeout must be >= 0 or None, got {timeout!r}")
-        return _clock.monotonic_ns() + int(wait_ms * 1_000_000)
+        return _monotonic_ns() + int(wait_ms * 1_000_000)
     if blocking and blocking_timeout is not None:
-        return _clock.monotonic_ns() + int(blocking_timeout * 1e9)
+        return _monotonic_ns() + int(blocking_timeout * 1e9)
     return None
 
 

@@ -125,7 +125,7 @@ class Session:
         # that the steps build no Event then.
         self.tell: Optional[Teller] = Teller(observers) if observers else None
         # What a round that counted must show besides these votes for its lock to say more
-        # (`codes.strip(quiet_...)` not empty: one short test in C on the hot path): a vote
+        # (judgement.says_more(codes, quiet_...): a short loop in C on the hot path): a vote
         # of a degraded round (see _core/observe.py) when nobody listens, anything when someone
         # does.
         self.quiet_acquire = b"" if observers else _observe.HEALTHY_ACQUIRE
