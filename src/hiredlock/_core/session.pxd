@@ -40,7 +40,7 @@ cdef class Session:
     cdef public StateMutex state_mutex  # (taken in C: see state_mutex.pxd)
     cdef public object tell
     cdef public object turns
-    cdef public list under_way
+    cdef public Py_ssize_t under_way
     cdef public object wake
 
     # (called in C by counted_acquire, on every acquire's path)

@@ -152,8 +152,7 @@ class Session:
         # must release. Only fields are read and written under it (see state_mutex.py).
         self.state_mutex = StateMutex()
         self.mutex = threading.Lock()  # the rest: the settling of the acquires, the watchdog
-        # one item per acquire whose steps are under way (see begin_acquire)
-        self.under_way: list[None] = []
+        self.under_way = 0  # how many acquires' steps are under way (see begin_acquire)
         self._settled = threading.Condition(self.mutex)
         self._on_settled: list[Callable[[], None]] = []
         self.generation = _fork_generation[0]  # the process (see _fork) the state above is of
@@ -229,15 +228,15 @@ class Session:
         acquire begun has ended, having won nothing (it unlocks what its rounds took once it sees
         the client closed) or having its lock registered in `held`, which close() releases.
 
-        Counted without the mutex (this is on every acquire's path): list.append and list.pop
-        are single calls into C. The acquire is counted before it looks at `closed`, and close()
-        sets `closed` before it looks at the count: either close() waits for this acquire, or
-        this acquire sees the client closed."""
+        Counted under the state mutex, with its look at `closed` (close() sets it under the same
+        mutex): either close() waits for this acquire, or this acquire sees the client closed."""
         if self.generation != _fork_generation[0]:
             self.this_process()
-        self.under_way.append(None)
-        if self.closed:
-            self.end_acquire()
+        with self.state_mutex.lock:
+            closed = self.closed
+            if not closed:
+                self.under_way += 1
+        if closed:
             raise closed_error()
 
     def counted_acquire(self, attempts: Steps) -> Steps:
@@ -251,12 +250,11 @@ class Session:
             self.end_acquire()
 
     def end_acquire(self) -> None:
-        under_way = self.under_way
-        try:  # noqa: SIM105 (contextlib.suppress costs a call on every acquire's path)
-            under_way.pop()
-        except IndexError:  # (begun before a fork: this process's count started after it)
-            pass
-        if under_way or not self.closed:
+        with self.state_mutex.lock:
+            if self.under_way > 0:  # (begun before a fork: this process's count began after it)
+                self.under_way -= 1
+            settled = self.under_way == 0 and self.closed
+        if not settled:
             return
         with self.mutex:  # (the last acquire of a closed client: the waits for it end)
             self._settled.notify_all()
@@ -334,7 +332,7 @@ class Session:
         if self.closed:
             closing.set()
         self.closing = closing
-        self.under_way = []  # (the parent's threads that were acquiring do not exist here)
+        self.under_way = 0  # (the parent's threads that were acquiring do not exist here)
         self.held = {}
         self.turns = Turns()  # (the parent's waiters do not exist here)
         self.generation = _fork_generation[0]
