@@ -11,6 +11,8 @@ flight: tests/api/test_close_in_flight.py.
 from __future__ import annotations
 
 import contextlib
+import gc
+import sys
 import threading
 
 import pytest
@@ -236,3 +238,29 @@ def test_close_after_failures(engine, masters5, key):
     masters5[1].cont()
     for m in live:
         assert m.admin().exists(key) == 0
+
+
+def test_a_held_lock_its_caller_dropped_leaves_the_clients_registry(
+    engine, masters5, key, monkeypatch
+):
+    """A lock object dropped while held is neither kept alive nor released by close() (its keys
+    expire with their ttl): its weak reference leaves the registry of held locks as the lock is
+    collected, with no error in the callback that removes it."""
+    unraisable: list = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    servers = masters5[:3]
+    rl = Redlock(urls(servers), backend=engine, master_timeout=MT)
+    kept = rl.lock(key + ":kept", 30)
+    dropped = rl.lock(key, 30)
+    assert kept.acquire(blocking=False) and dropped.acquire(blocking=False)
+    assert len(rl._session.held) == 2
+    del dropped
+    gc.collect()
+    assert [lock.key for lock in rl._session.held_locks()] == [kept.key]
+    assert len(rl._session.held) == 1
+    rl.close()
+    assert_no_key(servers, key + ":kept")
+    assert all(server.admin().get(key) is not None for server in servers)  # (until its ttl)
+    assert unraisable == []
+    for server in servers:
+        server.admin().delete(key)

@@ -410,7 +410,7 @@ class LockState:
             self._fence = None
             self._valid_until_ns = 0
             self._acquisition += 1
-        self._session.held.pop(id(self), None)
+        self._session.held.discard(self._registry_ref)
 
     # -- the local gate: one thread or task of this process holds the object at a time ---------
 
@@ -476,7 +476,7 @@ class LockState:
                 acquisition = self._acquisition
                 # (the winning round; with the call's wait and attempts when some were refused)
                 self._won = (won, began, refused) if refused else won
-            session.held[id(self)] = ref
+            session.held.add(ref)
         del dropped
         if self._lost_event is not None:
             self._lost_event.clear()
@@ -520,7 +520,7 @@ class LockState:
             self._fence = None
             self._valid_until_ns = 0
             self._acquisition += 1  # renewals of this acquisition are dropped
-        self._session.held.pop(id(self), None)
+        self._session.held.discard(self._registry_ref)
         gate = self._gate
         if gate.is_held():
             gate.leave()

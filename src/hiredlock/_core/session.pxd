@@ -21,7 +21,7 @@ cdef class Session:
     cdef public object engine_stale
     cdef public object fixed_timeout_ms
     cdef public object generation
-    cdef public dict held
+    cdef public set held
     cdef public object label
     cdef public object master_names
     cdef public object masters

@@ -39,10 +39,11 @@ Timing = tuple[int, float, float]  # ttl in ms, per-master timeout in ms, drift 
 class Session:
     """The masters and options of one client, and the registry of the locks it holds.
 
-    The registry maps id(lock) to a weak reference (each lock makes its own once, see
+    The registry is a set of weak references, one per lock (each lock makes its own once, see
     registry_entry()), so that a held lock its caller dropped is neither kept alive nor renewed
     (its keys expire with their ttl). close() releases the others; inspect() recognises their
-    tokens. No mutex for it: single dict operations are atomic.
+    tokens. Single set operations are atomic; a lock enters it under the state mutex (see
+    LockState._took).
     """
 
     __slots__ = (
@@ -140,7 +141,7 @@ class Session:
         self.notices: Any = None
         self.renewals: Any = None
         self.wake = True
-        self.held: dict[int, weakref.ref[Any]] = {}
+        self.held: set[weakref.ref[Any]] = set()
         self.turns = Turns()  # the blocking acquires' turns at the masters, by name
         # The one record of the client's closing, which the rounds, the engine pool and the
         # notices read (they keep no flag of their own):
@@ -297,19 +298,19 @@ class Session:
 
     def registry_entry(self, lock: Any) -> weakref.ref[Any]:
         """The weak reference that stands for `lock` in `held` (each lock makes one, once)."""
-        key = id(lock)
         registry = self.held
 
         def forget(dead: weakref.ref[Any]) -> None:
-            # The lock was dropped while held. Its id may already name a new lock: only this
-            # reference's own entry goes.
-            if registry.get(key) is dead:
-                registry.pop(key, None)
+            # The lock was dropped while held: its entry goes (a dead reference is equal to
+            # itself only, and keeps the hash it had).
+            registry.discard(dead)
 
-        return weakref.ref(lock, forget)
+        ref = weakref.ref(lock, forget)
+        hash(ref)  # (computed while the lock lives: the dead reference is still found by it)
+        return ref
 
     def held_locks(self) -> list[Any]:
-        return [lock for ref in list(self.held.values()) if (lock := ref()) is not None]
+        return [lock for ref in list(self.held) if (lock := ref()) is not None]
 
     def token_held_for(self, key: bytes) -> bytes:
         for lock in self.held_locks():
@@ -333,7 +334,7 @@ class Session:
             closing.set()
         self.closing = closing
         self.under_way = 0  # (the parent's threads that were acquiring do not exist here)
-        self.held = {}
+        self.held = set()
         self.turns = Turns()  # (the parent's waiters do not exist here)
         self.generation = _fork_generation[0]
         return True
