@@ -3,10 +3,12 @@
 # fields (ThreadGate.__slots__) are read in C.
 
 from hiredlock._core.local_gate cimport LocalGate
+from hiredlock._core.state_mutex cimport StateMutex
 
 
 cdef class ThreadGate(LocalGate):
-    cdef public dict _holder
+    cdef public object _holder
+    cdef public StateMutex _mutex  # (taken in C: see state_mutex.pxd)
     cdef public set _waiters
     cdef public object _wake
 

@@ -6,11 +6,11 @@ deadline), with no network traffic, before it tries the masters. hiredlock.aio's
 same for the tasks of an event loop.
 
 A signal handler's exception (Ctrl-C) may come between any two calls of Python code, so every
-change of the gate's state is one call into C: the holder is taken with dict.setdefault and given
-up with dict.pop. An interrupt therefore leaves the gate held by the caller (which sees that with
-mine() and lets it go) or free, never held by nobody, and no mutex can be left locked. The
-wake-up of waiters is a hint (a lock released as a token): a waiter that misses one looks again
-within WAIT_SLICE_S.
+change of the gate's state is one assignment of its holder, under its state mutex (see
+_core/state_mutex.py: a C mutex once compiled, which a `with` statement gives back whatever
+happens). An interrupt therefore leaves the gate held by the caller (which sees that with mine()
+and lets it go) or free, never held by nobody. The wake-up of waiters is a hint (a lock released
+as a token): a waiter that misses one looks again within WAIT_SLICE_S.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import time
 from typing import Optional
 
 from .._core.local_gate import LocalGate
+from .._core.state_mutex import StateMutex
 
 _get_ident = threading.get_ident
 
@@ -31,16 +32,17 @@ WAIT_SLICE_S = 0.05
 class ThreadGate(LocalGate):
     """Held by one thread at a time; any thread may leave it (as threading.Lock's release)."""
 
-    __slots__ = ("_holder", "_waiters", "_wake")
+    __slots__ = ("_holder", "_mutex", "_waiters", "_wake")
 
     def __init__(self) -> None:
-        self._holder: dict[int, int] = {}  # {0: the holding thread's ident} while held
+        self._mutex = StateMutex()
+        self._holder: Optional[int] = None  # the holding thread's ident
         self._waiters: set[int] = set()
         self._wake = threading.Lock()  # released (a token) when the gate is left with waiters
         self._wake.acquire()
 
     def is_held(self) -> bool:
-        return 0 in self._holder
+        return self._holder is not None
 
     @property
     def waiting(self) -> bool:
@@ -49,23 +51,32 @@ class ThreadGate(LocalGate):
 
     def mine(self) -> bool:
         """Whether the calling thread holds the gate."""
-        return self._holder.get(0) == _get_ident()
+        return self._holder == _get_ident()
 
     def try_enter(self) -> bool:
         """Takes the gate if it is free (False when held, by this thread too)."""
         me = _get_ident()
-        holder = self._holder
-        return 0 not in holder and holder.setdefault(0, me) == me
+        with self._mutex.lock:
+            if self._holder is not None:
+                return False
+            self._holder = me
+        return True
+
+    def _take(self, me: int) -> bool:
+        """Takes the gate for `me` if it is free; whether `me` holds it."""
+        with self._mutex.lock:
+            if self._holder is None:
+                self._holder = me
+            return self._holder == me
 
     def enter(self, deadline_ns: Optional[int]) -> bool:
         """Waits for the gate until the deadline (monotonic ns; None: for ever); False when it
         stayed held."""
         me = _get_ident()
-        holder = self._holder
         waiters = self._waiters
         waiters.add(me)
         try:
-            while holder.setdefault(0, me) != me:
+            while not self._take(me):
                 if deadline_ns is None:
                     wait = WAIT_SLICE_S
                 else:
@@ -78,7 +89,8 @@ class ThreadGate(LocalGate):
             waiters.discard(me)
 
     def leave(self) -> None:
-        self._holder.pop(0, None)
+        with self._mutex.lock:
+            self._holder = None
         if self._waiters:
             with contextlib.suppress(RuntimeError):  # (a token is there already)
                 self._wake.release()
