@@ -26,8 +26,8 @@ from importlib.machinery import EXTENSION_SUFFIXES
 
 # The hot path of a lock's acquire and release (Lock's methods, a lock's state and steps, the
 # judgement of a round, the clock, the session, the state mutex, the engine pool, the local
-# gates, the tokens), and asyncio's (AsyncLock's methods, the rounds that batch tasks' requests,
-# the driver of the loop callbacks).
+# gates, the tokens), and asyncio's (AsyncLock's methods, its local gate, the rounds that batch
+# tasks' requests, the driver of the loop callbacks).
 COMPILED = (
     "hiredlock._core.clock",
     "hiredlock._core.tokens",
@@ -40,6 +40,7 @@ COMPILED = (
     "hiredlock._core.local_gate",
     "hiredlock._sync.gate",
     "hiredlock._lock",
+    "hiredlock.aio._gate",
     "hiredlock.aio._driver",
     "hiredlock.aio._rounds",
     "hiredlock.aio._lock",
