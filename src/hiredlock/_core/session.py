@@ -40,10 +40,10 @@ class Session:
     """The masters and options of one client, and the registry of the locks it holds.
 
     The registry is a set of weak references, one per lock (each lock makes its own once, see
-    registry_entry()), so that a held lock its caller dropped is neither kept alive nor renewed
-    (its keys expire with their ttl). close() releases the others; inspect() recognises their
-    tokens. Single set operations are atomic; a lock enters it under the state mutex (see
-    LockState._took).
+    registry_entry(); lock objects compare by identity, and so do their live references), so
+    that a held lock its caller dropped is neither kept alive nor renewed (its keys expire with
+    their ttl). close() releases the others; inspect() recognises their tokens. Single set
+    operations are atomic; a lock enters it under the state mutex (see LockState._took).
     """
 
     __slots__ = (
@@ -148,9 +148,10 @@ class Session:
         self.closed = False  # set first by close(): no acquire may win from then on
         self.rounds_closed = False  # set last (close_rounds()): no round can go out any more
         self.closing = threading.Event()  # set with `closed`: ends the waits between attempts
-        # Orders `closed` with the locks entering `held` (see LockState._took): a lock that wins
-        # after close() has set `closed` is never registered, so close() finds every lock it
-        # must release. Only fields are read and written under it (see state_mutex.py).
+        # Orders `closed` with the count of acquires under way (see begin_acquire) and with the
+        # locks entering `held` (see LockState._took): a lock that wins after close() has set
+        # `closed` is never registered, so close() finds every lock it must release. Only fields
+        # are read and written under it (see state_mutex.py).
         self.state_mutex = StateMutex()
         self.mutex = threading.Lock()  # the rest: the settling of the acquires, the watchdog
         self.under_way = 0  # how many acquires' steps are under way (see begin_acquire)

@@ -9,8 +9,10 @@ Uncompiled, it is a threading.Lock. Either way a forked child makes a new StateM
 lock object and client it uses (LockState._this_process, Session.this_process), so a mutex held
 by a thread of the parent at the fork is never waited for.
 
-What runs while it is held: field reads and writes only (no call that could run Python code),
-so that compiled, the holder keeps the GIL throughout and the mutex is never found held.
+What runs while it is held is kept to reads and writes of fields (the first read of a lock's
+`lost` makes its Event there), so that compiled, the holder rarely lets the GIL go before it
+gives the mutex back, and the mutex is rarely found held; when it is, the caller waits with the
+GIL released, as for a threading.Lock.
 """
 
 from __future__ import annotations
