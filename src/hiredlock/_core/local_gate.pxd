@@ -1,7 +1,7 @@
 # LocalGate as an extension type, when Cython compiles local_gate.py (see hiredlock/_compiled.py):
 # lock_state.pxd types a lock's gate with it, so that try_enter, mine, is_held and leave, on every
-# acquire's and release's path, are C calls (ThreadGate's, gate.pxd), or dispatched to the Python
-# methods of a Python subclass (TaskGate).
+# acquire's and release's path, are C calls (to ThreadGate's, _sync/gate.pxd, and TaskGate's,
+# aio/_gate.pxd, which override them without declaring them again).
 
 cdef class LocalGate:
     cpdef bint is_held(self) except -1

@@ -3,8 +3,8 @@ the lock object (ThreadGate in hiredlock/_sync/gate.py for threads, TaskGate in
 hiredlock/aio/_gate.py for the tasks of an event loop).
 
 A base class so that, compiled (local_gate.pxd), the state's calls of these methods on every
-acquire and release are C calls: ThreadGate overrides them as an extension type too; TaskGate,
-a Python class, overrides them in Python.
+acquire and release are C calls: ThreadGate and TaskGate, compiled as extension types too,
+override them (Cython takes the overrides' C signatures from this class's .pxd).
 """
 
 from __future__ import annotations

@@ -11,8 +11,3 @@ cdef class ThreadGate(LocalGate):
     cdef public StateMutex _mutex  # (taken in C: see state_mutex.pxd)
     cdef public set _waiters
     cdef public object _wake
-
-    cpdef bint is_held(self) except -1
-    cpdef bint try_enter(self) except -1
-    cpdef bint mine(self) except -1
-    cpdef leave(self)

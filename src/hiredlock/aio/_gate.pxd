@@ -9,8 +9,3 @@ cdef class TaskGate(LocalGate):
     cdef public bint _held
     cdef public object _waiters
     cdef public object owner
-
-    cpdef bint is_held(self) except -1
-    cpdef bint try_enter(self) except -1
-    cpdef bint mine(self) except -1
-    cpdef leave(self)
