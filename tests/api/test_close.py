@@ -16,6 +16,7 @@ import sys
 import threading
 
 import pytest
+from aio_support import run_async  # noqa: F401  (the fixture)
 from features_support import (  # noqa: F401  (the leakcheck fixture)
     FENCE_PREFIX,
     MT,
@@ -28,6 +29,7 @@ from features_support import (  # noqa: F401  (the leakcheck fixture)
 from support import assert_no_key, assert_values, braced, set_foreign, urls, wait_until
 
 from hiredlock import HiredlockError, LockLost, NotHeld, Redlock
+from hiredlock.aio import AsyncRedlock
 
 
 def test_close_while_holding_everything(engine, masters5, key, leakcheck):
@@ -259,6 +261,39 @@ def test_a_held_lock_its_caller_dropped_leaves_the_clients_registry(
     assert [lock.key for lock in rl._session.held_locks()] == [kept.key]
     assert len(rl._session.held) == 1
     rl.close()
+    assert_no_key(servers, key + ":kept")
+    assert all(server.admin().get(key) is not None for server in servers)  # (until its ttl)
+    assert unraisable == []
+    for server in servers:
+        server.admin().delete(key)
+
+
+def test_an_async_held_lock_its_caller_dropped_leaves_the_clients_registry(
+    engine,
+    masters5,
+    key,
+    monkeypatch,
+    run_async,  # noqa: F811
+):
+    """The same with hiredlock.aio: the dropped AsyncLock leaves the registry as it is
+    collected, and aclose() releases only the other."""
+    unraisable: list = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    servers = masters5[:3]
+
+    async def main() -> None:
+        rl = AsyncRedlock(urls(servers), backend=engine, master_timeout=MT)
+        kept = rl.lock(key + ":kept", 30)
+        dropped = rl.lock(key, 30)
+        assert await kept.acquire(blocking=False) and await dropped.acquire(blocking=False)
+        assert len(rl._session.held) == 2
+        del dropped
+        gc.collect()
+        assert [lock.key for lock in rl._session.held_locks()] == [kept.key]
+        assert len(rl._session.held) == 1
+        await rl.aclose()
+
+    run_async(main())
     assert_no_key(servers, key + ":kept")
     assert all(server.admin().get(key) is not None for server in servers)  # (until its ttl)
     assert unraisable == []
