@@ -111,22 +111,27 @@ class Driver:
             self.readers.discard(fd)
             self.loop.remove_reader(fd)
             return
-        self._feed(self.rnd.on_ready, fd, True, False)
+        self._feed(fd, True, False)
 
     def on_writable(self, fd: int) -> None:
         if self.rnd is None:  # (collected by the loop before the round ended)
             return
-        self._feed(self.rnd.on_ready, fd, False, True)
+        self._feed(fd, False, True)
 
     def on_timer(self) -> None:
         self.timer = None
         if self.rnd is not None:
-            self._feed(self.rnd.on_deadline, _monotonic_ns())
+            self._feed(-1, False, False)
 
-    def _feed(self, handler: Any, *event: Any) -> None:
+    def _feed(self, fd: int, readable: bool, writable: bool) -> None:
+        """Hands the round an event: a socket's readiness, or (fd -1) the time, for its
+        deadline."""
         rnd = self.rnd
         try:
-            handler(*event)
+            if fd < 0:
+                rnd.on_deadline(_monotonic_ns())
+            else:
+                rnd.on_ready(fd, readable, writable)
             self.update()
         except BaseException as exc:
             if self.rnd is not rnd:

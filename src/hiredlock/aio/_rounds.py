@@ -24,7 +24,6 @@ a round short and never desynchronises a connection.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from typing import Any, Optional
 
@@ -43,19 +42,60 @@ from .._core.session import Session, closed_error
 from .._engines.drain import close_draining
 from ._driver import Driver
 
+try:
+    import cython  # type: ignore[import-untyped]
+except ImportError:  # uncompiled, without Cython installed: only `compiled` is read
+    from types import SimpleNamespace
+
+    cython = SimpleNamespace(compiled=False)
+
 _ACQUIRE_FENCED_SHA = _scripts.ACQUIRE_FENCED.sha
 
 _log = logging.getLogger("hiredlock.close")
 _running_loop = asyncio.get_running_loop
+_Future = asyncio.Future
+_base_create_future = asyncio.BaseEventLoop.create_future
+
+
+def send_step(steps: Steps, value: Any, out: list[Any]) -> bool:
+    """Sends `value` into the steps: True and what they asked for next in out[0], or False and
+    what they returned. Compiled, with PyIter_Send (_rounds.pxd): a step generator's end costs
+    no StopIteration (Cython would add a traceback entry to it on every run)."""
+    if not cython.compiled:
+        try:
+            out[0] = steps.send(value)
+        except StopIteration as stop:
+            out[0] = stop.value
+            return False
+        return True
+    # (the names below are _rounds.pxd's C declarations)
+    sent = cython.declare(cython.pointer(PyObject), cython.NULL)  # type: ignore[name-defined]  # noqa: F821
+    status = PyIter_Send(steps, value, cython.address(sent))  # type: ignore[name-defined]  # noqa: F821
+    out[0] = cython.cast(object, sent)
+    Py_DECREF(sent)  # type: ignore[name-defined]  # noqa: F821
+    return bool(status == PYGEN_NEXT)  # type: ignore[name-defined]  # noqa: F821
 
 
 class _Batch:
     """The requests of one shape that go out together, as one engine round: the requests
     and their callers' futures (a cancelled caller's future is done: its request is left out)."""
 
-    __slots__ = ("done", "flushed", "futures", "over", "requests", "slices")
+    __slots__ = (
+        "done",
+        "engine",
+        "flushed",
+        "futures",
+        "over",
+        "requests",
+        "rnd",
+        "rounds",
+        "slices",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, rounds: AsyncRounds) -> None:
+        self.rounds = rounds
+        self.engine: Any = None  # the engine and the round it went out as
+        self.rnd: Any = None
         self.requests: list[RoundRequest] = []
         self.futures: list[asyncio.Future[Any]] = []
         # (future, start, stop): the caller's results are results[start:stop]
@@ -64,6 +104,10 @@ class _Batch:
         self.over = False  # the engine round is over
         # Made only for a task that waits for the end (_settle, drain): most batches have none.
         self.done: Optional[asyncio.Future[None]] = None
+
+    def round_ended(self, exc: Optional[BaseException]) -> None:
+        """The Driver's on_end for the round the batch went out as."""
+        self.rounds._ended(self, exc)
 
     def end(self) -> None:
         self.over = True
@@ -87,6 +131,7 @@ class AsyncRounds:
         "_engine",
         "_in_flight",
         "_loop",
+        "_plain_futures",
         "_queued",
         "_session",
         "_tasks",
@@ -95,6 +140,9 @@ class AsyncRounds:
     def __init__(self, session: Session) -> None:
         self._session = session
         self._loop: Optional[asyncio.AbstractEventLoop] = None
+        # The loop makes its futures as asyncio's own loops do (asyncio.Future(loop=loop)),
+        # which is then called directly, not through the loop's create_future() in Python.
+        self._plain_futures = False
         self._queued: dict[tuple[Any, ...], _Batch] = {}
         self._engine: Any = None  # made on first use
         self._driver: Optional[Driver] = None  # the engine's sockets on the loop
@@ -112,6 +160,7 @@ class AsyncRounds:
             # The first loop, or a new one after the last was closed: a round left in flight on
             # the closed loop will never end, and its connections owe replies: they go.
             self._loop = loop
+            self._plain_futures = type(loop).create_future is _base_create_future
             self._driver = None  # (its registrations went with the closed loop)
             if self._in_flight is not None and self._engine is not None:
                 close_draining(self._engine)
@@ -141,36 +190,38 @@ class AsyncRounds:
 
         pin: taken as the blocking rounds take it, and not needed here: every round of this
         client goes out on its one connection per master, in order."""
-        send = steps.send
-        try:
-            request = send(None)
-            while True:
+        out: list[Any] = [None]
+        more = send_step(steps, None, out)
+        while more:
+            request = out[0]
+            try:
+                if type(request) is Pause:
+                    notices = request.notices
+                    if notices is None:
+                        await self._sleep(request.seconds)
+                    elif (
+                        await notices.wait(request.channel, request.seconds, request.seen)
+                        and request.settle
+                    ):
+                        await self._sleep(request.settle)
+                    reply = None
+                elif type(request) is Cleanup:
+                    reply = await self._uncancelled(request)
+                else:
+                    batch, future = self._submit(request)
+                    try:
+                        reply = await future
+                    except asyncio.CancelledError:
+                        await self._settle(batch)
+                        raise
+            except BaseException as exc:
                 try:
-                    if type(request) is Pause:
-                        notices = request.notices
-                        if notices is None:
-                            await self._sleep(request.seconds)
-                        elif (
-                            await notices.wait(request.channel, request.seconds, request.seen)
-                            and request.settle
-                        ):
-                            await self._sleep(request.settle)
-                        reply = None
-                    elif type(request) is Cleanup:
-                        reply = await self._uncancelled(request)
-                    else:
-                        batch, future = self._submit(request)
-                        try:
-                            reply = await future
-                        except asyncio.CancelledError:
-                            await self._settle(batch)
-                            raise
-                except BaseException as exc:
-                    request = steps.throw(exc)
-                    continue
-                request = send(reply)
-        except StopIteration as stop:
-            return stop.value
+                    out[0] = steps.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+                continue
+            more = send_step(steps, reply, out)
+        return out[0]
 
     async def _sleep(self, seconds: float) -> None:
         """A pause between attempts, cut short by aclose() (see wake_all)."""
@@ -199,12 +250,12 @@ class AsyncRounds:
             raise closed_error()
         if session.closed and (type(request) is SetNx or request.sha == _ACQUIRE_FENCED_SHA):
             raise closed_error()  # (after aclose() began: only unlocks)
-        future = loop.create_future()
+        future = _Future(loop=loop) if self._plain_futures else loop.create_future()
         if self._in_flight is None and not self._queued:
             # Nothing in flight (so nothing queued: a batch's end sends the next): this round
             # goes out now, alone. The rounds asked for while it is in flight go together when
             # it ends.
-            batch = _Batch()
+            batch = _Batch(self)
             batch.flushed = True
             batch.slices.append((future, 0, None))
             self._send(batch, request)
@@ -212,11 +263,12 @@ class AsyncRounds:
         if type(request) is SetNx:
             shape: tuple[Any, ...] = (SetNx, request.ttl_ms, request.timeout_ms)
         else:
-            # everything but the argvs (a clean-up goes out as the script it runs)
-            shape = (RunScript, *request[:3], *request[4:])
+            # everything but the argvs (a clean-up goes out as the script it runs), never equal
+            # to a SetNx shape: it starts with the script's sha
+            shape = request[:3] + request[4:]
         queued = self._queued.get(shape)
         if queued is None:
-            queued = self._queued[shape] = _Batch()
+            queued = self._queued[shape] = _Batch(self)
         queued.requests.append(request)
         queued.futures.append(future)
         if self._in_flight is None:
@@ -275,24 +327,25 @@ class AsyncRounds:
                 loop = self._loop
                 assert loop is not None  # (the batch was asked for from this loop)
                 driver = self._driver = Driver(loop, engine)
-            rnd = engine.begin(request)
-            driver.start(rnd, functools.partial(self._ended, batch, engine, rnd))
+            batch.engine = engine
+            batch.rnd = engine.begin(request)
+            driver.start(batch.rnd, batch.round_ended)
         except Exception as exc:
-            self._ended(batch, self._engine, None, exc)
+            self._ended(batch, exc)
 
-    def _ended(self, batch: _Batch, engine: Any, rnd: Any, exc: Optional[BaseException]) -> None:
+    def _ended(self, batch: _Batch, exc: Optional[BaseException]) -> None:
         """A batch's round is over: each caller gets its slice of the results (or the error),
         and the next batch goes out."""
         try:
             if exc is None:
-                results = engine.finish(rnd)
+                results = batch.engine.finish(batch.rnd)
         except Exception as error:
             exc = error
         for future, start, stop in batch.slices:
             if future.done():
                 continue  # its task was cancelled meanwhile
             if exc is None:
-                future.set_result(results[start:stop])
+                future.set_result(results if stop is None else results[start:stop])
             else:
                 future.set_exception(
                     exc if isinstance(exc, Exception) else HiredlockError(repr(exc))
