@@ -118,6 +118,8 @@ class Redlock(ClientBase):
         wake:             woken by release notices while waiting (None: this Redlock's `wake`).
         fair:             a FairLock: blocking acquires are granted in the order they were made.
         """
+        if not options:  # (the usual call: `with redlock.lock(name, ttl):`)
+            return Lock(self, name, ttl)
         _options.check("Redlock.lock", options, LockCallOptions)
         fair = options.pop("fair", False)
         fair = fair if fair is False else _validation.flag(fair, "fair")

@@ -119,14 +119,16 @@ class LockState:
         owner: Optional[str] = None,
         token: Optional[str] = None,
     ) -> None:
-        self._session = session = client.session
-        self._rounds = session.rounds
+        # (read through the typed field: compiled, what __init__ reads of the session is read in
+        # C, and its methods are C calls)
+        self._session = client.session
+        self._rounds = self._session.rounds
         # the name's keys (_core/keys.py): its own, and the channel its releases announce on
-        self._layout = layout = session.name_keys(name)
+        self._layout = layout = self._session.name_keys(name)
         self._key = layout.key
         self._announce = layout.channel
         self._name = name
-        self._ttl_ms, self._timeout_ms, self._drift_ms = session.timing(ttl)
+        self._ttl_ms, self._timeout_ms, self._drift_ms = self._session.timing(ttl)
         self._blocking_timeout = (
             None
             if blocking_timeout is None
@@ -151,8 +153,8 @@ class LockState:
         )
         self._fencing = fencing if fencing is False else _validation.flag(fencing, "fencing")
         # what wakes this lock's waits on a release (None: only the retry timer)
-        woken = session.wake if wake is None else _validation.flag(wake, "wake")
-        self._notices = session.notices if woken else None
+        woken = self._session.wake if wake is None else _validation.flag(wake, "wake")
+        self._notices = self._session.notices if woken else None
         self._channel: Optional[bytes] = None  # _wake_channel(), made on first use
         self._mutex = StateMutex()
         # held by the thread or task of this process that holds the lock object (see _sync/gate.py),

@@ -59,7 +59,9 @@ class LockBase(LockState):
         else None."""
         if not blocking or object_gate is None or not self._takes_turns:
             return None
-        return self._session.turns.gate(self._key, self._new_gate)
+        # (the bound method, looked up as Python does: compiled, _new_gate is a C method)
+        new_gate = getattr(self, "_new_gate")  # noqa: B009
+        return self._session.turns.gate(self._key, new_gate)
 
     def _turn_missed(self, waited_from_ns: int) -> None:
         """The deadline came before the turn: the call ends without an attempt (told as any

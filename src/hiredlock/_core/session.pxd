@@ -43,6 +43,9 @@ cdef class Session:
     cdef public Py_ssize_t under_way
     cdef public object wake
 
-    # (called in C by counted_acquire, on every acquire's path)
+    # (called in C by counted_acquire, on every acquire's path; name_keys and timing by a lock
+    # object's __init__)
     cpdef begin_acquire(self)
     cpdef end_acquire(self)
+    cpdef name_keys(self, name)
+    cpdef timing(self, ttl)

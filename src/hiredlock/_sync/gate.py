@@ -37,9 +37,11 @@ class ThreadGate(LocalGate):
     def __init__(self) -> None:
         self._mutex = StateMutex()
         self._holder: Optional[int] = None  # the holding thread's ident
-        self._waiters: set[int] = set()
-        self._wake = threading.Lock()  # released (a token) when the gate is left with waiters
-        self._wake.acquire()
+        # Made by the first waiter (most gates never have one: a lock object made per use):
+        # the waiting threads' idents, and a lock released (a token) when the gate is left with
+        # waiters
+        self._waiters: Optional[set[int]] = None
+        self._wake: Optional[threading.Lock] = None
 
     def is_held(self) -> bool:
         return self._holder is not None
@@ -73,7 +75,7 @@ class ThreadGate(LocalGate):
         """Waits for the gate until the deadline (monotonic ns; None: for ever); False when it
         stayed held."""
         me = _get_ident()
-        waiters = self._waiters
+        waiters, wake = self._waiting_room()
         waiters.add(me)
         try:
             while not self._take(me):
@@ -83,14 +85,28 @@ class ThreadGate(LocalGate):
                     wait = min(WAIT_SLICE_S, (deadline_ns - time.monotonic_ns()) / 1e9)
                     if wait <= 0:
                         return False
-                self._wake.acquire(True, wait)
+                wake.acquire(True, wait)
             return True
         finally:
             waiters.discard(me)
 
+    def _waiting_room(self) -> tuple[set[int], threading.Lock]:
+        """The waiters' set and wake-up lock, made by the first waiter (installed together, under
+        the mutex, before any thread is counted as waiting: leave() finds both)."""
+        if self._wake is None:
+            waiters: set[int] = set()
+            wake = threading.Lock()
+            wake.acquire()
+            with self._mutex.lock:
+                if self._wake is None:
+                    self._waiters = waiters
+                    self._wake = wake
+        assert self._waiters is not None and self._wake is not None
+        return self._waiters, self._wake
+
     def leave(self) -> None:
         with self._mutex.lock:
             self._holder = None
-        if self._waiters:
+        if self._waiters and self._wake is not None:
             with contextlib.suppress(RuntimeError):  # (a token is there already)
                 self._wake.release()

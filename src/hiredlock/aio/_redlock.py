@@ -81,6 +81,8 @@ class AsyncRedlock(ClientBase):
         """As Redlock.lock(); auto_renew renews from a task of this loop, and on_lost may be a
         plain function (run in the loop: it must not block) or a coroutine function (run as a
         task of its own)."""
+        if not options:  # (the usual call: `async with redlock.lock(name, ttl):`)
+            return AsyncLock(self, name, ttl)
         _options.check("AsyncRedlock.lock", options, LockCallOptions)
         fair = options.pop("fair", False)
         fair = fair if fair is False else _validation.flag(fair, "fair")
