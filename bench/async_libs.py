@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -52,6 +53,7 @@ ASYNC_LABELS = {
     "redis-py-aio": "redis-py asyncio Lock, pure-Python parser",
     "pottery-aio": "pottery AIORedlock",
     "redis-py-hiredis": "redis-py Lock, hiredis",
+    "aio-floor": "asyncio floor: no lock, the cycle's two round trips alone",
 }
 
 
@@ -239,6 +241,59 @@ class PotteryTasks(TaskCycler):
             await client.aclose()
 
 
+class FloorTasks(TaskCycler):
+    """Not a lock: what any asyncio client pays on this loop for the cycle's two round trips, and
+    nothing else (bench/count_instructions.py's row aio-floor). Each task has its own socket to
+    the first master, registered once with loop.add_reader; a cycle sends `SET name 1 NX PX ttl`,
+    awaits a future the reader callback sets with the reply's bytes, then `DEL name` the same way
+    (no token, no script, no parsing beyond the first reply's check)."""
+
+    async def _open(self) -> None:
+        self.sockets: list[socket.socket] = []
+
+    def _cycle_fn(self, name: str):
+        loop = self.loop
+        sock = socket.create_connection((HOST, self.ports[0]))
+        sock.setblocking(False)
+        self.sockets.append(sock)
+        key = name.encode()
+        ttl = str(int(TTL_S * 1000)).encode()
+
+        def command(*args: bytes) -> bytes:
+            parts = [b"*%d\r\n" % len(args)]
+            parts += [b"$%d\r\n%s\r\n" % (len(arg), arg) for arg in args]
+            return b"".join(parts)
+
+        set_nx = command(b"SET", key, b"1", b"NX", b"PX", ttl)
+        delete = command(b"DEL", key)
+        waiting: list[asyncio.Future] = []
+
+        def on_readable() -> None:
+            data = sock.recv(4096)
+            if waiting:
+                waiting.pop().set_result(data)
+
+        loop.add_reader(sock.fileno(), on_readable)
+
+        async def cycle():
+            future = loop.create_future()
+            waiting.append(future)
+            sock.send(set_nx)
+            if await future != b"+OK\r\n":
+                raise NotAcquired(self.lib)
+            future = loop.create_future()
+            waiting.append(future)
+            sock.send(delete)
+            await future
+
+        return cycle
+
+    async def _close(self) -> None:
+        for sock in self.sockets:
+            self.loop.remove_reader(sock.fileno())
+            sock.close()
+
+
 # -- the hiredis venv's worker --------------------------------------------------------------------
 
 
@@ -305,6 +360,8 @@ def open_tasks(lib: str, ports, tasks: int, prefix: str) -> Cycler:
         return RemoteCycler(lib, ports, tasks, prefix)
     if lib in ("aio-native", "aio-python"):
         return HiredlockTasks(lib[4:], ports, tasks, prefix)
+    if lib == "aio-floor":
+        return FloorTasks(lib, ports, tasks, prefix)
     factory = {"redis-py-aio": RedisPyTasks, "pottery-aio": PotteryTasks}[lib]
     return factory(lib, ports, tasks, prefix)
 

@@ -399,6 +399,37 @@ def cpu_table(r: Results) -> list[str]:
     return lines
 
 
+ASYNC_INSTRUCTION_ROWS = (
+    ("aio-native", 1),
+    ("aio-native", 5),
+    ("redis-py-aio-hiredis", 1),
+    ("aio-floor", 1),
+)
+
+
+def async_instructions_table(rows: list[dict]) -> list[str]:
+    """One task and 100 tasks (test_instructions.py's rows with ":100"), side by side."""
+    per_cycle = {(x["lib"], x["n"]): x["per_cycle"] for x in rows}
+    if not any(lib.endswith(":100") for lib, _ in per_cycle):
+        return []
+    lines = [
+        "",
+        "asyncio, one task beside 100 tasks on one event loop (each cycling its own name, as in "
+        "the asyncio table); the floor is no lock but what any asyncio client pays on this loop "
+        "for the cycle's two round trips (a socket per task, a future per round, no parsing):",
+        "",
+        "| row | N | 1 task | 100 tasks |",
+        "|---|---:|---:|---:|",
+    ]
+    for lib, n in ASYNC_INSTRUCTION_ROWS:
+        one, hundred = per_cycle.get((lib, n)), per_cycle.get((f"{lib}:100", n))
+        if one is None and hundred is None:
+            continue
+        cells = [NONE if x is None else f"{x:,.0f}" for x in (one, hundred)]
+        lines.append(f"| {LABELS[lib]} | {n} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def instructions_table(r: Results) -> list[str]:
     rows = [row for row in r.extra if row["kind"] == "instructions"]
     if not rows:
@@ -450,6 +481,7 @@ def instructions_table(r: Results) -> list[str]:
                     f"| {name} | {n} | {row['per_cycle']:,.0f} | {fmt_ratio(vs_c)} | {vs_sync} "
                     f"| {split} |"
                 )
+    lines += async_instructions_table(rows)
     lines += [
         "",
         "interpreter: libpython (the API layer, asyncio's event loop, redis-py and the peers' "
@@ -900,6 +932,18 @@ def targets(r: Results) -> list[str]:
             None,
             f"{aio:,.0f}, {x:.2f}{TIMES} the sync native cycle" if x else "",
         )
+    ours, peer = (
+        instructions.get(("aio-native:100", 1)),
+        instructions.get(("redis-py-aio-hiredis:100", 1)),
+    )
+    x = ratio(peer, ours)
+    check(
+        "user-space instructions per cycle, N=1, 100 tasks: redis-py asyncio Lock with hiredis "
+        "over hiredlock.aio native (reported)",
+        x,
+        None,
+        f"{x:.1f}{TIMES} ({peer:,.0f} vs {ours:,.0f})" if x else "",
+    )
     for placement in PLACEMENTS:
         native = r.get("batch", "native", 5, placement)
         python = r.get("batch", "python", 5, placement)

@@ -8,6 +8,11 @@ loop, acquire(blocking=False) + release of one lock object (count_instructions.p
 beside the sync row of its engine, on the same masters: the difference is what running the cycle
 on an event loop costs (asyncio's loop and futures, hiredlock.aio's rounds and driver).
 
+The asyncio rows with ":100" run 100 tasks on distinct names, as the 100-task rows of
+test_async.py do, beside redis-py's asyncio Lock with hiredis (run by bench/.venv-hiredis's
+interpreter, as there) and aio-floor: no lock, the floor of any asyncio client's cycle on this
+loop (two round trips, a future each; async_libs.FloorTasks).
+
 Placement does not change the counts, so they are taken in the unpinned run only. Skipped when
 valgrind is not installed (`apt-get install valgrind`; `make bench` tries to install it).
 """
@@ -23,6 +28,7 @@ import sys
 import tempfile
 
 import pytest
+from async_libs import HIREDIS_PYTHON
 from libs import BENCH_DIR
 
 CYCLES = int(os.environ.get("BENCH_INSTR_CYCLES", "1000"))
@@ -30,7 +36,11 @@ ROWS = [(1, "native"), (1, "fresh-native"), (1, "python"), (1, "fresh-python")]
 ROWS += [(1, "cref"), (1, "redis-py")]
 ROWS += [(5, "native"), (5, "python"), (5, "cref")]
 ROWS += [(n, lib) for n in (1, 5) for lib in ("aio-native", "aio-python")]
+ROWS += [(1, "aio-native:100"), (5, "aio-native:100"), (1, "aio-floor"), (1, "aio-floor:100")]
+ROWS += [(1, "redis-py-aio-hiredis"), (1, "redis-py-aio-hiredis:100")]
 SCRIPT = os.path.join(BENCH_DIR, "count_instructions.py")
+# Rows run by another interpreter, as test_async.py runs them: row -> the library it counts there
+REMOTE_ROWS = {"redis-py-aio-hiredis": "redis-py-aio"}
 
 
 def where(obj: str) -> str:
@@ -81,15 +91,22 @@ def test_instructions(ports, placement, recorder, n, lib):
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         pytest.skip("valgrind is not installed (apt-get install valgrind)")
+    python, counted = sys.executable, lib
+    row, _, tasks = lib.partition(":")
+    if row in REMOTE_ROWS:
+        python = HIREDIS_PYTHON
+        if not os.access(python, os.X_OK):
+            pytest.skip(f"{python} is missing: `make bench` makes bench/.venv-hiredis")
+        counted = REMOTE_ROWS[row] + (f":{tasks}" if tasks else "")
     with tempfile.TemporaryDirectory(prefix="hlbench-cg-") as tmp:
         cmd = [
             valgrind,
             "--tool=callgrind",
             "--instr-atstart=no",
             f"--callgrind-out-file={tmp}/cg.%p",
-            sys.executable,
+            python,
             SCRIPT,
-            lib,
+            counted,
             ",".join(str(p) for p in ports[:n]),
             str(CYCLES),
         ]
