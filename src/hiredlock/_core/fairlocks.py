@@ -54,11 +54,19 @@ class FairBase(LockBase):
         self._order = b""
         self._held_ticket = b""  # the holder's ticket, for its release
 
-    def _attempts(self, blocking: Any, deadline_ns: Optional[int], turn: Any = None) -> Steps:
+    def _attempts(
+        self, blocking: Any, deadline_ns: Optional[int], turn: Any = None, counted: bool = False
+    ) -> Steps:
+        """LockBase's attempts and the queue's steps after them, counted together as under way
+        for the client's close() (the queue's are clean-ups that must still go out)."""
+        queued = self._queued_attempts(blocking, deadline_ns, turn)
+        return queued if counted else self._session.counted_acquire(queued)
+
+    def _queued_attempts(self, blocking: Any, deadline_ns: Optional[int], turn: Any) -> Steps:
         """LockBase's attempts, in a place of the queue taken by the first one and left when
         the call ends without the lock (a fair lock takes no turns: `turn` is None)."""
         try:
-            acquired = yield from LockBase._attempts(self, blocking, deadline_ns, turn)
+            acquired = yield from LockBase._attempts(self, blocking, deadline_ns, turn, True)
         except BaseException:
             yield from self._leave_steps()
             raise

@@ -85,11 +85,13 @@ class LockBase(LockState):
         as under way for the client's close() (see Session.begin_acquire). `turn`: the gate of
         the turn the caller holds (see _turn_gate), or None.
 
-        (Not a generator itself: the steps are Session.counted_acquire's, one generator fewer on
-        every acquire's path.)"""
-        return self._session.counted_acquire(self._attempts(blocking, deadline_ns, turn))
+        (Not a generator itself: the steps are _attempts', one generator fewer on every
+        acquire's path.)"""
+        return self._attempts(blocking, deadline_ns, turn)
 
-    def _attempts(self, blocking: Any, deadline_ns: Optional[int], turn: Any = None) -> Steps:
+    def _attempts(
+        self, blocking: Any, deadline_ns: Optional[int], turn: Any = None, counted: bool = False
+    ) -> Steps:
         """The attempts of _acquire_steps.
 
         This lock's state is checked first, before any request. In a turn that follows one
@@ -103,100 +105,116 @@ class LockBase(LockState):
 
         A call that ends without the lock says why (the acquire_failed event, see _not_taken);
         the acquired one is _took's. (The hot path, an attempt that wins, pays for neither.)
+
+        Counted as under way for the client's close() from the first step to the end (see
+        Session.begin_acquire), here rather than by Session.counted_acquire around it as the
+        other kinds' attempts are: one generator fewer on every acquire's path. `counted`: the
+        caller counts them already (a fair lock's, followed by its queue's steps).
         """
-        if self._generation != _fork_generation[0]:
-            self._this_process()
-        if self._token is not None:
-            if self.validity > 0.0:
-                raise AlreadyAcquired(
-                    f"lock {self._name!r} is already acquired by this {self._kind} object"
-                )
-            if self._adopted and not self._lost:
-                raise AlreadyAcquired(
-                    f"lock {self._name!r} holds a token handed over by another holder: "
-                    "extend(), check() or release() it"
-                )
-            self._forget_expired()
-        retrying = None
-        notices = self._notices
-        channel: Any = None
-        if notices is not None:
-            channel = self._channel
-            if channel is None:
-                channel = self._channel = self._wake_channel()
-            splits = 0  # attempts in a row that split the masters with rivals
         session = self._session
-        refused = began = 0  # this call's attempts refused so far, and when the first began
-        suffix = self._suffix  # (an owner label: stored after each token)
-        if turn is not None:
-            holder = session.turns.holder(self._key)
-            if holder is not None:
-                yield from self._while_sibling_holds(holder, deadline_ns, channel)
-        while True:
-            if session.closed:  # (closed during the pause: no more attempts)
-                self._not_taken("closed", began, refused, refused)
-                session.check_open()
-            # (the notices heard before this attempt: one that comes before the pause begins
-            # ends the pause at once)
-            if notices is None:
-                seen = 0
-            elif type(channel) is bytes:  # (one name's channel: heard_on without a call)
-                seen = notices.heard.get(channel, 0)
-            else:
-                seen = heard_on(notices.heard, channel)
-            token = new_token()
-            if suffix:
-                token += suffix
-            start = _monotonic_ns()
-            try:
-                if self._fencing:
-                    failed, fence, result = yield from self._fenced_rounds(token, start)
-                else:
-                    result = (yield self._acquire_request(token))[0]
-                    failed = self._refusal(result, result[1])
-                    fence = None
-                if failed is None:
-                    if not self._took(token, start, fence, result, began, refused):
-                        raise HiredlockError(closed_while_acquiring(self._name))
-                    return True
-            except BaseException as exc:
-                yield from self._unlock_steps(token)
-                why = _observe.failure_reason(exc, session.closed)
-                self._not_taken(why, began or start, refused + 1, refused)
-                raise
-            # (with notices: and learn when the holder's keys expire)
-            try:
-                unlocked = (yield self._unlock_request(token, RunScript, notices is not None))[0]
-            except BaseException as exc:
-                # interrupted before it went out, or while it ran: it goes out again, as a
-                # clean-up, whatever happens to the caller
-                yield from self._unlock_steps(token)
-                why = _observe.failure_reason(exc, session.closed)
-                self._not_taken(why, began or start, refused + 1, refused)
-                raise
-            began = began or start
-            refused += 1
-            self._refused(failed, refused)
-            if retrying is None:
-                retrying = _judgement.Retrying(
-                    self._name, session.quorum, session, blocking, deadline_ns
-                )
-            try:
-                delay = retrying.after_failure(failed[0], self._last_votes)
-                if delay is None:
-                    self._not_taken("not_acquired", began, refused, refused)
-                    return False
+        if not counted:
+            session.begin_acquire()
+        try:
+            if self._generation != _fork_generation[0]:
+                self._this_process()
+            if self._token is not None:
+                if self.validity > 0.0:
+                    raise AlreadyAcquired(
+                        f"lock {self._name!r} is already acquired by this {self._kind} object"
+                    )
+                if self._adopted and not self._lost:
+                    raise AlreadyAcquired(
+                        f"lock {self._name!r} holds a token handed over by another holder: "
+                        "extend(), check() or release() it"
+                    )
+                self._forget_expired()
+            retrying = None
+            notices = self._notices
+            channel: Any = None
+            if notices is not None:
+                channel = self._channel
+                if channel is None:
+                    channel = self._channel = self._wake_channel()
+                splits = 0  # attempts in a row that split the masters with rivals
+            session = self._session
+            refused = began = 0  # this call's attempts refused so far, and when the first began
+            suffix = self._suffix  # (an owner label: stored after each token)
+            if turn is not None:
+                holder = session.turns.holder(self._key)
+                if holder is not None:
+                    yield from self._while_sibling_holds(holder, deadline_ns, channel)
+            while True:
+                if session.closed:  # (closed during the pause: no more attempts)
+                    self._not_taken("closed", began, refused, refused)
+                    session.check_open()
+                # (the notices heard before this attempt: one that comes before the pause begins
+                # ends the pause at once)
                 if notices is None:
-                    yield Pause(delay, None, None, 0.0, 0, session.closing)
+                    seen = 0
+                elif type(channel) is bytes:  # (one name's channel: heard_on without a call)
+                    seen = notices.heard.get(channel, 0)
                 else:
-                    delay = _judgement.wake_delay(delay, self._free_in(unlocked))
-                    splits = splits + 1 if _judgement.split_with_rivals(failed[0]) else 0
-                    settle = _judgement.settle_after_notice(failed[1], splits, session.retry_delay)
-                    yield Pause(delay, notices, channel, settle, seen, session.closing)
-            except BaseException as exc:  # (QuorumUnreachable, or interrupted in the pause)
-                why = _observe.failure_reason(exc, session.closed)
-                self._not_taken(why, began, refused, refused)
-                raise
+                    seen = heard_on(notices.heard, channel)
+                token = new_token()
+                if suffix:
+                    token += suffix
+                start = _monotonic_ns()
+                try:
+                    if self._fencing:
+                        failed, fence, result = yield from self._fenced_rounds(token, start)
+                    else:
+                        result = (yield self._acquire_request(token))[0]
+                        failed = self._refusal(result, result[1])
+                        fence = None
+                    if failed is None:
+                        if not self._took(token, start, fence, result, began, refused):
+                            raise HiredlockError(closed_while_acquiring(self._name))
+                        return True
+                except BaseException as exc:
+                    yield from self._unlock_steps(token)
+                    why = _observe.failure_reason(exc, session.closed)
+                    self._not_taken(why, began or start, refused + 1, refused)
+                    raise
+                # (with notices: and learn when the holder's keys expire)
+                try:
+                    unlocked = (yield self._unlock_request(token, RunScript, notices is not None))[
+                        0
+                    ]
+                except BaseException as exc:
+                    # interrupted before it went out, or while it ran: it goes out again, as a
+                    # clean-up, whatever happens to the caller
+                    yield from self._unlock_steps(token)
+                    why = _observe.failure_reason(exc, session.closed)
+                    self._not_taken(why, began or start, refused + 1, refused)
+                    raise
+                began = began or start
+                refused += 1
+                self._refused(failed, refused)
+                if retrying is None:
+                    retrying = _judgement.Retrying(
+                        self._name, session.quorum, session, blocking, deadline_ns
+                    )
+                try:
+                    delay = retrying.after_failure(failed[0], self._last_votes)
+                    if delay is None:
+                        self._not_taken("not_acquired", began, refused, refused)
+                        return False
+                    if notices is None:
+                        yield Pause(delay, None, None, 0.0, 0, session.closing)
+                    else:
+                        delay = _judgement.wake_delay(delay, self._free_in(unlocked))
+                        splits = splits + 1 if _judgement.split_with_rivals(failed[0]) else 0
+                        settle = _judgement.settle_after_notice(
+                            failed[1], splits, session.retry_delay
+                        )
+                        yield Pause(delay, notices, channel, settle, seen, session.closing)
+                except BaseException as exc:  # (QuorumUnreachable, or interrupted in the pause)
+                    why = _observe.failure_reason(exc, session.closed)
+                    self._not_taken(why, began, refused, refused)
+                    raise
+        finally:
+            if not counted:
+                session.end_acquire()
 
     def _while_sibling_holds(
         self, holder: tuple[weakref.ref[LockBase], int], deadline_ns: Optional[int], channel: Any
