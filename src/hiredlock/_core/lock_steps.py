@@ -136,7 +136,6 @@ class LockBase(LockState):
                 if channel is None:
                     channel = self._channel = self._wake_channel()
                 splits = 0  # attempts in a row that split the masters with rivals
-            session = self._session
             refused = began = 0  # this call's attempts refused so far, and when the first began
             suffix = self._suffix  # (an owner label: stored after each token)
             if turn is not None:
@@ -177,9 +176,8 @@ class LockBase(LockState):
                     raise
                 # (with notices: and learn when the holder's keys expire)
                 try:
-                    unlocked = (yield self._unlock_request(token, RunScript, notices is not None))[
-                        0
-                    ]
+                    unlock = self._unlock_request(token, RunScript, notices is not None)
+                    unlocked = (yield unlock)[0]
                 except BaseException as exc:
                     # interrupted before it went out, or while it ran: it goes out again, as a
                     # clean-up, whatever happens to the caller
