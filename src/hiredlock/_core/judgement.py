@@ -42,7 +42,8 @@ def validity_ms(ttl_ms: float, elapsed_ms: float, drift_factor: float) -> float:
 def valid_until_ns(start_ns: int, ttl_ms: float, drift: float) -> int:
     """When a lock that a round begun at start_ns (monotonic ns) took or extended for ttl_ms stops
     being valid: the ttl less the drift, counted from the round's start."""
-    return start_ns + int((ttl_ms - drift) * 1_000_000)
+    span = int((ttl_ms - drift) * 1_000_000)  # (compiled, a C long long: judgement.pxd)
+    return start_ns + span
 
 
 def default_master_timeout_ms(ttl_ms: float) -> float:
