@@ -4,9 +4,38 @@ test states the Python meaning the C code must keep."""
 
 from __future__ import annotations
 
+import binascii
+import os
+import re
 import time
 
-from hiredlock._core import clock, judgement
+from hiredlock._core import clock, judgement, tokens
+from hiredlock._core.scripts import TOKEN_BYTES
+
+
+def test_tokens_are_lowercase_hex_of_fresh_random_bytes():
+    made = [tokens.new_token() for _ in range(1000)]
+    assert all(re.fullmatch(rb"[0-9a-f]{%d}" % (2 * TOKEN_BYTES), token) for token in made)
+    assert len(set(made)) == len(made)
+    # every hex digit turns up, each about as often (16 digits, 40,000 of them)
+    counts = {digit: 0 for digit in b"0123456789abcdef"}
+    for token in made:
+        for digit in token:
+            counts[digit] += 1
+    assert min(counts.values()) > 2000
+
+
+def test_tokens_are_the_hex_of_the_os_random_bytes(monkeypatch):
+    """A batch is the hex of what os.urandom gave, token by token, in order."""
+    random = bytes(range(256)) * 5
+    monkeypatch.setattr(os, "urandom", lambda size: random[:size])
+    monkeypatch.setattr(tokens, "_ready", type(tokens._ready)())
+    monkeypatch.setattr(tokens, "_take", tokens._ready.popleft)
+    tokens._refill()
+    ready = list(tokens._ready)
+    expected = binascii.hexlify(random[: TOKEN_BYTES * len(ready)])
+    assert b"".join(ready) == expected
+    assert {len(token) for token in ready} == {2 * TOKEN_BYTES}
 
 
 def test_valid_until_truncates_the_ttl_less_drift_toward_zero():

@@ -14,6 +14,13 @@ from collections import deque
 
 from .scripts import TOKEN_BYTES
 
+try:
+    import cython  # type: ignore[import-untyped]
+except ImportError:  # uncompiled, without Cython installed: only `compiled` is read
+    from types import SimpleNamespace
+
+    cython = SimpleNamespace(compiled=False)
+
 _BATCH = 64
 
 _ready: deque[bytes] = deque()
@@ -30,9 +37,19 @@ def new_token() -> bytes:
 
 
 def _refill() -> None:
-    # One hex string with a space after each token's 40 characters, split: the batch's tokens in
-    # three calls into C (slicing it token by token cost some 900 instructions per token).
-    _ready.extend(hexlify(os.urandom(TOKEN_BYTES * _BATCH), b" ", TOKEN_BYTES).split())
+    random = os.urandom(TOKEN_BYTES * _BATCH)
+    if cython.compiled:
+        # Each token written in hex in C (tokens.pxd's hex_token): about 200 instructions a
+        # token, where hexlify and split() below cost some 800.
+        made = []
+        for at in range(0, len(random), TOKEN_BYTES):
+            made.append(hex_token(random, at, TOKEN_BYTES))  # type: ignore[name-defined]  # noqa: F821
+        _ready.extend(made)
+    else:
+        # One hex string with a space after each token's 40 characters, split: the batch's tokens
+        # in three calls into C (slicing it token by token in Python costs some 900 instructions
+        # a token).
+        _ready.extend(hexlify(random, b" ", TOKEN_BYTES).split())
 
 
 if hasattr(os, "register_at_fork"):
