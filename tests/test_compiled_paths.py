@@ -9,7 +9,9 @@ import os
 import re
 import time
 
-from hiredlock._core import clock, judgement, tokens
+import pytest
+
+from hiredlock._core import clock, judgement, requests, tokens
 from hiredlock._core.scripts import TOKEN_BYTES
 
 
@@ -36,6 +38,22 @@ def test_tokens_are_the_hex_of_the_os_random_bytes(monkeypatch):
     expected = binascii.hexlify(random[: TOKEN_BYTES * len(ready)])
     assert b"".join(ready) == expected
     assert {len(token) for token in ready} == {2 * TOKEN_BYTES}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        (requests.SetNx, ((b"k",), (b"t",), 30000, 150.0)),
+        (requests.RunScript, (b"sha", b"src", 1, ((b"k",),), 150.0, True, False, False, False)),
+    ],
+)
+def test_new_request_is_the_named_tuple_of_its_fields(fields):
+    kind, values = fields
+    made = requests.new_request(kind, values)
+    assert type(made) is kind
+    assert made == kind(*values)
+    assert tuple(made) == values
+    assert made._fields == kind._fields
 
 
 def test_valid_until_truncates_the_ttl_less_drift_toward_zero():

@@ -26,11 +26,12 @@ from importlib.machinery import EXTENSION_SUFFIXES
 
 # The hot path of a lock's acquire and release (Lock's methods, a lock's state and steps, the
 # judgement of a round, the clock, the session, the state mutex, the engine pool, the local
-# gates, the tokens), and asyncio's (AsyncLock's methods, its local gate, the rounds that batch
-# tasks' requests, the driver of the loop callbacks).
+# gates, the tokens, the requests), and asyncio's (AsyncLock's methods, its local gate, the
+# rounds that batch tasks' requests, the driver of the loop callbacks).
 COMPILED = (
     "hiredlock._core.clock",
     "hiredlock._core.tokens",
+    "hiredlock._core.requests",
     "hiredlock._core.judgement",
     "hiredlock._core.session",
     "hiredlock._core.state_mutex",

@@ -14,6 +14,7 @@ from hiredlock._core.judgement cimport (
     won as _round_won,
 )
 from hiredlock._core.local_gate cimport LocalGate
+from hiredlock._core.requests cimport new_request
 from hiredlock._core.session cimport Session
 from hiredlock._core.state_mutex cimport StateMutex
 

@@ -29,14 +29,13 @@ from .judgement import says_more as _says_more
 from .judgement import valid_until_ns as _valid_until_ns
 from .judgement import won as _round_won
 from .observe import LockStats
-from .requests import Request, RunScript, SetNx, script
+from .requests import Request, RunScript, SetNx, new_request, script
 from .state_mutex import StateMutex
 from .validation import Duration
 
 if TYPE_CHECKING:
     from .client import ClientBase
 
-_new = tuple.__new__  # a NamedTuple request from its fields, in C (see _acquire_request)
 
 _TOKEN_CHARS = 2 * _scripts.TOKEN_BYTES
 _RELEASE = _scripts.RELEASE
@@ -198,14 +197,14 @@ class LockState:
     # -- the rounds of this kind of lock (read and write locks say otherwise) -------------------
 
     def _acquire_request(self, token: bytes) -> Request:
-        # (made as tuple.__new__ does: half of every lock cycle, without a Python-level call)
-        return _new(SetNx, ((self._key,), (token,), self._ttl_ms, self._timeout_ms))
+        # (made from its fields in C: half of every lock cycle)
+        return new_request(SetNx, ((self._key,), (token,), self._ttl_ms, self._timeout_ms))
 
     def _release_request(self, token: bytes) -> Request:
         # (script(_RELEASE, ...) spelled out: this is half of every lock cycle)
         argvs, timeout_ms = ((self._key, token, self._announce),), self._timeout_ms
         fields = (_RELEASE_SHA, _RELEASE_SOURCE, 1, argvs, timeout_ms, True, False, False, False)
-        return _new(RunScript, fields)
+        return new_request(RunScript, fields)
 
     def _unlock_request(self, token: bytes, kind: type, expiry: bool = False) -> Request:
         """The unlock after an attempt that failed (kind RunScript: best effort, see the engine
