@@ -39,10 +39,10 @@ def set_request_types(set_nx, run_script, cleanup, pause, pause_function):
     _pause = pause_function
 
 
-def run_steps(pool, steps, list pin=None):
-    """Drives a step generator to its end, blocking, on engines from `pool`; see
-    hiredlock._engines.blocking.run_python (pin included). A native engine's rounds are called
-    in C, without a Python call in between."""
+def run_steps(checkout, checkin, steps, list pin=None):
+    """Drives a step generator to its end, blocking, on engines from a pool (its checkout and
+    checkin); see hiredlock._engines.blocking.run_python (pin included). A native engine's
+    rounds are called in C, without a Python call in between."""
     cdef PyObject *sent = NULL
     cdef int status = PyIter_Send(steps, None, &sent)
     cdef object request, engine, reply, kind
@@ -66,9 +66,9 @@ def run_steps(pool, steps, list pin=None):
                 args = <tuple>request
                 is_set = kind is _SetNx
                 if pin is None or pin[0] is None:
-                    engine = pool.checkout()
+                    engine = checkout()
                 else:  # wait for it about a round: this one's timeout
-                    engine = pool.checkout(
+                    engine = checkout(
                         pin[0], args[SET_NX_TIMEOUT_MS] if is_set else args[SCRIPT_TIMEOUT_MS])
                 try:
                     if type(engine) is NativeEngine:
@@ -91,7 +91,7 @@ def run_steps(pool, steps, list pin=None):
                         else:
                             owes = engine.owes_replies()
                         pin[0] = engine if owes else None
-                    pool.checkin(engine)
+                    checkin(engine)
         except BaseException as exc:
             try:
                 request = steps.throw(exc)

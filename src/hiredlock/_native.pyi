@@ -53,5 +53,8 @@ def set_request_types(
     pause_function: Callable[[Pause], None],
 ) -> None: ...
 def run_steps(
-    pool: Any, steps: Generator[Request, Any, Any], pin: Optional[list[Any]] = None
+    checkout: Callable[..., Any],
+    checkin: Callable[[Any], None],
+    steps: Generator[Request, Any, Any],
+    pin: Optional[list[Any]] = None,
 ) -> Any: ...

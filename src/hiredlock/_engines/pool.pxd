@@ -8,10 +8,12 @@ from hiredlock._core.session cimport Session
 cdef class EnginePool:
     cdef public object _factory
     cdef public object _generation
-    cdef public list _idle
+    cdef public object _idle
     cdef public dict _live
     cdef public object _low_water
     cdef public object _next_trim
+    cdef public object _pop
+    cdef public object _push
     cdef public object _returned
     cdef public Session _session
     cdef public object _stale

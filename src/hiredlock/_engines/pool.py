@@ -11,12 +11,12 @@ pool gives the connections back:
   point of the idle list) are closed, down to one. This is checked when engines come back, so an
   application that stops calling keeps at most MAX_IDLE engines until its next call or close().
 
-It takes no lock of its own on the common path: list.append and list.pop are atomic, and this
-is on every round's path (a list, not a deque: compiled, pool.pxd types it and both are C calls,
-about 250 instructions each with the reallocation of a list emptied and refilled at every round,
-where a deque's methods are called as Python methods, some 450). Whether the client is closed
-is its Session's to say (rounds_closed, set before close() is called); close() and a concurrent
-checkin() are ordered by re-checking it after the append.
+It takes no lock of its own on the common path: a deque's append and pop are atomic, and this is
+on every round's path. (A deque, through its bound append and pop: about 100 instructions each,
+compiled. A list's append and pop are C calls once compiled, but a list emptied and refilled at
+every round frees and reallocates its storage each time: some 250 instructions each.) Whether
+the client is closed is its Session's to say (rounds_closed, set before close() is called);
+close() and a concurrent checkin() are ordered by re-checking it after the append.
 
 A caller may ask for one engine in particular (see the engine contract's owes_replies: a lock
 whose last round left commands behind on a master must send its next ones behind them, on the
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Callable, Optional
 
 from .._core.fork import generation as _fork_generation
@@ -53,6 +54,8 @@ class EnginePool:
         "_live",
         "_low_water",
         "_next_trim",
+        "_pop",
+        "_push",
         "_returned",
         "_session",
         "_stale",
@@ -63,7 +66,8 @@ class EnginePool:
         self._session = session
         self._factory: Callable[[], Engine] = session.new_engine
         self._stale: Optional[Callable[[Engine], bool]] = session.engine_stale
-        self._idle: list[Engine] = []  # (a list: its pop() and append() run in C once compiled)
+        self._idle: deque[Engine] = deque()
+        self._push, self._pop = self._idle.append, self._idle.pop  # (see the module's doc)
         # Every engine made and not closed yet, checked out ones too: a forked child closes
         # them all (the parent's threads that were using some do not exist there).
         self._live: dict[int, Engine] = {}
@@ -82,7 +86,7 @@ class EnginePool:
         if prefer is not None and self._take(prefer, wait_ms):
             return prefer
         try:
-            engine = self._idle.pop()
+            engine = self._pop()
         except IndexError:
             pass
         else:
@@ -132,7 +136,7 @@ class EnginePool:
             # The pool is empty at this moment, so no idle engine went unused since the last
             # trim. (A single-threaded loop pays only this on its way back.)
             self._low_water = 0
-            idle.append(engine)
+            self._push(engine)
         if session.rounds_closed:  # close() ran meanwhile and may have missed this engine
             self._close_idle()
         if self._waiting:  # a caller may be waiting for this one
@@ -149,7 +153,7 @@ class EnginePool:
         if count >= MAX_IDLE and not engine.owes_replies():
             self._close(engine)  # (one that owes replies stays: a lock's next rounds need it)
             return
-        idle.append(engine)
+        self._push(engine)
         self._trim()
 
     def close(self) -> None:
@@ -168,11 +172,11 @@ class EnginePool:
         self._next_trim = now + IDLE_LIFETIME_S
         for _ in range(min(self._low_water, len(self._idle) - 1)):
             try:
-                engine = self._idle.pop(0)  # the least recently used
+                engine = self._idle.popleft()  # the least recently used
             except IndexError:
                 break
             if engine.owes_replies():
-                self._idle.append(engine)  # a lock's next rounds may need it: kept
+                self._push(engine)  # a lock's next rounds may need it: kept
                 continue
             self._close(engine)
         self._low_water = len(self._idle)
@@ -184,7 +188,7 @@ class EnginePool:
     def _close_idle(self) -> None:
         while True:
             try:
-                engine = self._idle.pop()
+                engine = self._pop()
             except IndexError:
                 return
             self._close(engine)
@@ -193,7 +197,8 @@ class EnginePool:
         # The parent's engines hold the parent's sockets: close our copies of them (an engine's
         # close() sends nothing in a child: see the engines) and start afresh.
         self._generation = _fork_generation[0]
-        self._idle = []
+        self._idle = deque()
+        self._push, self._pop = self._idle.append, self._idle.pop
         self._returned = threading.Condition(threading.Lock())
         self._waiting = 0
         inherited, self._live = self._live, {}
