@@ -26,6 +26,14 @@ cdef inline size_t command_size(int argc, const size_t *argvlen) noexcept nogil:
 cdef inline char *put_decimal(char *out, size_t value) noexcept nogil:
     cdef char digits[24]
     cdef int n = 0
+    # (most numbers of a lock's commands are lengths of one or two digits: no loop for those)
+    if value < 10:
+        out[0] = <char>(48 + value)
+        return out + 1
+    if value < 100:
+        out[0] = <char>(48 + value // 10)
+        out[1] = <char>(48 + value % 10)
+        return out + 2
     while True:
         digits[n] = <char>(48 + value % 10)
         n += 1
