@@ -18,3 +18,6 @@ cdef class EnginePool:
     cdef public Session _session
     cdef public object _stale
     cdef public object _waiting
+
+    # (on the path of every round of a lock whose last round left replies behind: a C call)
+    cpdef bint _take(self, object engine, double wait_ms) except -1

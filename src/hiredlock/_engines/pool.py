@@ -104,7 +104,7 @@ class EnginePool:
         or in a forked child's fresh start), or did not come back in that time (a thread
         interrupted between its checkout and its round never gives it back)."""
         idle = self._idle
-        deadline = time.monotonic() + (wait_ms + CONNECT_TIMEOUT_MIN_MS) / 1000.0
+        deadline = None  # (from the first miss: most calls find it idle, and read no clock)
         while True:
             try:
                 idle.remove(engine)  # (atomic: no other thread can take it meanwhile)
@@ -113,7 +113,10 @@ class EnginePool:
                 pass
             if self._live.get(id(engine)) is not engine or self._session.rounds_closed:
                 return False
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + (wait_ms + CONNECT_TIMEOUT_MIN_MS) / 1000.0
+            elif now > deadline:
                 return False
             with self._returned:
                 self._waiting += 1
