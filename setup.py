@@ -387,7 +387,9 @@ def _extensions() -> list[Extension]:
         print("hiredlock: HIREDLOCK_NO_EXTENSIONS=1: pure-Python package only", file=sys.stderr)
         return []
     # Flags are filled in by BuildExt, so that an sdist can be made without hiredis or Cython.
-    extensions = [Extension(NATIVE, sources=[PYX_SOURCE])]
+    # (the C headers beside the .pyx: an edit of one rebuilds the engine, as an edit of a .pxi does)
+    headers = sorted(glob.glob(os.path.join(os.path.dirname(PYX_SOURCE), "*.h")))
+    extensions = [Extension(NATIVE, sources=[PYX_SOURCE], depends=headers)]
     if _flag("HIREDLOCK_NO_COMPILE"):
         print("hiredlock: HIREDLOCK_NO_COMPILE=1: the hot path's modules stay .py", file=sys.stderr)
     else:

@@ -44,6 +44,16 @@ cdef extern from "hl_platform.h" nogil:
     hl_socket hl_context_fd(redisContext *ctx)  # ctx.fd: redisFD (SOCKET) on Windows
 
 
+cdef extern from "hl_replies.h" nogil:
+    # A master's scratch reply: its scalar replies are built there, not on the heap (see that
+    # header); hl_free_reply frees a reply of either kind.
+    ctypedef struct hl_scratch:
+        pass
+    int hl_replies_init()
+    void hl_use_scratch(redisReader *reader, hl_scratch *scratch)
+    void hl_free_reply(void *reply)
+
+
 # closes the socket only: for a connection whose libhiredis memory is not to be touched
 cdef extern from *:
     """
@@ -147,6 +157,7 @@ cdef struct Master:
     const char *address        # this round's numeric address for a named host; NULL: none
     char resolve_error[160]    # why a named host has no address
     redisContext *ctx
+    hl_scratch scratch         # where ctx's reader builds its scalar replies (hl_replies.h)
     State state
     int64_t connect_deadline   # a connect still pending then is given up
     int handshake              # AUTH/SELECT replies still owed (they come first)

@@ -37,7 +37,6 @@ from libhiredis cimport (
     REDIS_REPLY_INTEGER,
     REDIS_REPLY_NIL,
     REDIS_REPLY_STATUS,
-    freeReplyObject,
     redisAppendFormattedCommand,
     redisBufferRead,
     redisBufferWrite,
@@ -126,6 +125,9 @@ cdef void after_fork_in_child() noexcept nogil:
 
 
 hl_on_fork_in_child(after_fork_in_child)
+
+if hl_replies_init() != 0:  # (libhiredis's reply functions: see hl_replies.h)
+    raise MemoryError()
 
 # Connections closed by engines of this process (free_context): the asyncio driver keeps sockets
 # registered on its loop between rounds, and a change here tells it a registered descriptor may

@@ -341,7 +341,7 @@ cdef void _refresh(NativeEngine self) noexcept nogil:
                 broken = redo != NULL and _resend(self, i, redo) != NULL
             else:
                 broken = True  # a reply nobody asked for: never guess what it answers
-            freeReplyObject(raw)
+            hl_free_reply(raw)
         # The late replies and the end of the stream may have come together (a master that
         # answered, then died): the read above took the replies, not the end. A connection
         # whose peer has closed is replaced now, not found dead in the middle of the round.
@@ -372,6 +372,7 @@ cdef bint _connect(NativeEngine self, int i, int64_t now) noexcept nogil:
     if m.ctx == NULL:
         _local_failure(self, i, b"out of memory")
         return False
+    hl_use_scratch(m.ctx.reader, &m.scratch)
     if m.ctx.err:
         if is_local_failure(m.ctx.errstr):
             _local_failure(self, i, m.ctx.errstr)

@@ -610,7 +610,7 @@ cdef void _drain(NativeEngine self, int i, Command *cmd, int64_t now) noexcept n
             m.handshake -= 1
             if reply.type == REDIS_REPLY_ERROR:
                 _fail_master(self, i, ERROR, reply.str, now)
-                freeReplyObject(raw)
+                hl_free_reply(raw)
                 return
         elif m.stale > 0:
             redo = late_reply(m, reply)
@@ -645,7 +645,7 @@ cdef void _drain(NativeEngine self, int i, Command *cmd, int64_t now) noexcept n
                 _redirect(self, cmd, k, i, reply.str, now)
             else:
                 _count(self, cmd, k, i, reply)
-        freeReplyObject(raw)
+        hl_free_reply(raw)
         if m.failed:
             return
 
