@@ -7,13 +7,13 @@ master, or a pause) and is sent the round's results, or thrown the exception tha
 driver runs the requests: hiredlock._engines.blocking.run blocks (the engines' own poll loops, a
 wait on an event); hiredlock.aio awaits them on the event loop.
 
-A request is one of the NamedTuples below, cheap to make on every round (new_request, compiled,
-makes one in C). A round's request
-(SetNx, RunScript, Cleanup) is what an engine runs (engine.run(request), or engine.begin(request)
-for a driver that waits itself: see _engines/contract.py); a driver tells them apart by type
-(`type(request) is Pause`). Being tuples, they can be read by field index where speed matters (the
-native engine's steps driver): its field indexes (_native/engine.pxd) mirror each NamedTuple's
-`_fields`, and tests/engine/test_contract.py checks that they agree.
+A request is one of the NamedTuples below, cheap to make on every round (new_request makes one
+in C once compiled). A round's request (SetNx, RunScript, Cleanup) is what an engine runs
+(engine.run(request), or engine.begin(request) for a driver that waits itself: see
+_engines/contract.py); a driver tells them apart by type (`type(request) is Pause`). Being
+tuples, they can be read by field index where speed matters (the native engine's steps driver):
+its field indexes (_native/engine.pxd) mirror each NamedTuple's `_fields`, and
+tests/engine/test_contract.py checks that they agree.
 """
 
 from __future__ import annotations
