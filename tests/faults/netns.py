@@ -68,8 +68,8 @@ class NetnsServer(RedisServer):
     def url(self) -> str:
         return f"redis://{self.addr}:{self.port}/0"
 
-    def _args(self, port: int) -> list[str]:
-        args = super()._args(port)
+    def _args(self, port: int, tls_port: int | None = None) -> list[str]:
+        args = super()._args(port, tls_port)
         args[args.index("--bind") + 1] = self.addr
         # Clients come from the host end of our veth pair, not from loopback: protected mode
         # would refuse them.  Nothing but that veth pair reaches this namespace.
@@ -83,11 +83,14 @@ class NetnsServer(RedisServer):
             password=self._admin_password,
         )
 
-    def _spawn_and_wait(self, port: int) -> None:
+    def _spawn_and_wait(self, port: int, tls_port: int | None = None) -> None:
+        # (RedisServer._start_on passes a TLS port, None for a plaintext server: these are)
+        if tls_port is not None:
+            raise ValueError("a server in a network namespace has no TLS port")
         if os.path.exists(self.unixsocket):
             os.unlink(self.unixsocket)
         proc = subprocess.Popen(
-            self._args(port),
+            self._args(port, tls_port),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
