@@ -90,6 +90,22 @@ def test_ttl_type_errors_are_type_errors(engine, make_redlock, canary):
     assert not canary.touched()
 
 
+def test_a_ttl_or_name_seen_before_lets_no_bad_one_through(engine, make_redlock, canary):
+    # The client keeps the timing of each ttl and the keys of each name it has checked: True
+    # equals 1 and hashes as 1, and must be refused after 1 was accepted; 1.0 gives 1's timing.
+    rl = make_redlock([canary.url])
+    try:
+        assert rl.lock("name", 1).ttl == rl.lock("name", 1.0).ttl == 1.0
+        with pytest.raises(TypeError, match="ttl"):
+            rl.lock("name", True)
+        rl.lock(b"name", 1)
+        with pytest.raises(ValueError, match="name"):
+            rl.lock("", 1)
+    finally:
+        rl.close()
+    assert not canary.touched()
+
+
 def test_ttl_too_small_for_explicit_master_timeout(engine, make_redlock, canary):
     rl = make_redlock([canary.url], master_timeout=1)
     try:

@@ -4,15 +4,17 @@
 # C. The fields are Session.__slots__ (tests/test_compiled.py checks that both say the same),
 # public: every layer reads them.
 
+from cpython.weakref cimport PyWeakref_NewRef
+
 from hiredlock._core.state_mutex cimport StateMutex
 
 
 cdef class Session:
     cdef object __weakref__
-    cdef public object _name_keys
+    cdef public dict _name_keys
     cdef public object _on_settled
     cdef public object _settled
-    cdef public object _timings
+    cdef public dict _timings
     cdef public object backend
     cdef public bint closed
     cdef public object closing
@@ -44,8 +46,9 @@ cdef class Session:
     cdef public object wake
 
     # (called in C by counted_acquire, on every acquire's path; name_keys and timing by a lock
-    # object's __init__)
+    # object's __init__, registry_entry by its first acquire)
     cpdef begin_acquire(self)
     cpdef end_acquire(self)
     cpdef name_keys(self, name)
     cpdef timing(self, ttl)
+    cpdef registry_entry(self, lock)

@@ -27,6 +27,13 @@ from .state_mutex import StateMutex
 from .turns import Turns
 from .validation import Duration
 
+try:
+    import cython  # type: ignore[import-untyped]
+except ImportError:  # uncompiled, without Cython installed: only `compiled` is read
+    from types import SimpleNamespace
+
+    cython = SimpleNamespace(compiled=False)
+
 if TYPE_CHECKING:
     from .requests import Steps
 
@@ -158,8 +165,8 @@ class Session:
         self._settled = threading.Condition(self.mutex)
         self._on_settled: list[Callable[[], None]] = []
         self.generation = _fork_generation[0]  # the process (see _fork) the state above is of
-        self._timings: dict[tuple[Any, ...], Timing] = {}
-        self._name_keys: dict[tuple[Any, ...], NameKeys] = {}
+        self._timings: dict[Any, Timing] = {}
+        self._name_keys: dict[str | bytes, NameKeys] = {}
 
     def new_engine(self) -> Any:
         return self.engine_class(self.masters, self.quorum)
@@ -175,13 +182,17 @@ class Session:
     def timing(self, ttl: Any) -> Timing:
         """ttl in ms, per-master timeout and drift; refuses a ttl that could never be valid.
 
-        Cached by value (and type: True is not 1 here), as lock loops reuse a few ttls.
+        Cached, as lock loops reuse a few ttls: an int or a float by its value (1 and 1.0 give
+        one timing), any other kind with its type (True is not 1 here, and is refused).
         """
-        cache_key = (type(ttl), ttl)
+        kind = type(ttl)
+        cache_key = ttl if kind is int or kind is float else (kind, ttl)
         try:
-            return self._timings[cache_key]
-        except (KeyError, TypeError):  # TypeError: not hashable, validated below
-            pass
+            timing: Optional[Timing] = self._timings.get(cache_key)
+        except TypeError:  # not hashable: validated below
+            timing = None
+        if timing is not None:
+            return timing
         ttl_ms = _validation.ttl_ms(ttl, "ttl")
         timeout_ms = self.master_timeout_ms(ttl_ms)
         drift = _judgement.drift_ms(ttl_ms, self.drift_factor)
@@ -197,19 +208,19 @@ class Session:
 
     def name_keys(self, name: Any) -> NameKeys:
         """The keys of the lock name `name` under this client's namespace (the name checked: see
-        validation.lock_name). Cached by value and type, as timing() is: code that makes a lock
-        object per use (`with redlock.lock(name, ttl):`) checks each of its names once."""
+        validation.lock_name). Cached for a str or a bytes name (a str never equals a bytes), as
+        timing() is: code that makes a lock object per use (`with redlock.lock(name, ttl):`)
+        checks each of its names once."""
         kind = type(name)
         if kind is not str and kind is not bytes:  # (refused below, or a subclass: not kept)
             return NameKeys(self.namespace, _validation.lock_name(name))
-        cache_key = (kind, name)
-        layout = self._name_keys.get(cache_key)
+        layout: Optional[NameKeys] = self._name_keys.get(name)
         if layout is not None:
             return layout
         layout = NameKeys(self.namespace, _validation.lock_name(name))
         if len(self._name_keys) >= NAME_KEYS_CACHED:
             self._name_keys.clear()
-        self._name_keys[cache_key] = layout
+        self._name_keys[name] = layout
         return layout
 
     def votes(self, result: RoundResult) -> tuple[Vote, ...]:
@@ -299,14 +310,13 @@ class Session:
 
     def registry_entry(self, lock: Any) -> weakref.ref[Any]:
         """The weak reference that stands for `lock` in `held` (each lock makes one, once)."""
-        registry = self.held
-
-        def forget(dead: weakref.ref[Any]) -> None:
-            # The lock was dropped while held: its entry goes (a dead reference is equal to
-            # itself only, and keeps the hash it had).
-            registry.discard(dead)
-
-        ref = weakref.ref(lock, forget)
+        # Called with the dead reference once the lock was dropped while held: its entry goes (a
+        # dead reference is equal to itself only, and keeps the hash it had).
+        forget = self.held.discard
+        if cython.compiled:  # (session.pxd's cimport: the C call weakref.ref makes)
+            ref: weakref.ref[Any] = PyWeakref_NewRef(lock, forget)  # type: ignore[name-defined]  # noqa: F821
+        else:
+            ref = weakref.ref(lock, forget)
         hash(ref)  # (computed while the lock lives: the dead reference is still found by it)
         return ref
 
