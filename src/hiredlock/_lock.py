@@ -12,6 +12,7 @@ from ._core.compat import Self
 from ._core.errors import HiredlockError, LockLost, LockNotAcquired, NotHeld, Vote
 from ._core.fork import generation as _fork_generation
 from ._core.lock_steps import LockBase, acquire_deadline
+from ._core.state_mutex import StateMutex
 from ._core.tokens import new_token
 from ._core.validation import Duration
 from ._core.with_blocks import release_failed_on_exit
@@ -169,8 +170,8 @@ class Lock(LockBase, WithStatement):
     def _new_lost_event(self) -> threading.Event:
         return threading.Event()
 
-    def _new_gate(self) -> ThreadGate:
-        return ThreadGate()
+    def _new_gate(self, mutex: Optional[StateMutex] = None) -> ThreadGate:
+        return ThreadGate(mutex)
 
     def _current_owner(self) -> threading.Thread:
         return threading.current_thread()

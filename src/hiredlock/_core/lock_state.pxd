@@ -65,7 +65,7 @@ cdef class LockState:
     cdef public object _valid_until_ns
     cdef public object _won
 
-    cpdef _new_gate(self)
+    cpdef _new_gate(self, mutex=*)
     cpdef _try_gate(self)
     cpdef _refusal(self, result, elapsed_ns)
     cpdef _took(self, token, start, fence, won, began=*, refused=*)

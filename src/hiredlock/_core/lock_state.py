@@ -157,8 +157,8 @@ class LockState:
         self._channel: Optional[bytes] = None  # _wake_channel(), made on first use
         self._mutex = StateMutex()
         # held by the thread or task of this process that holds the lock object (see _sync/gate.py),
-        # from its acquire() until the token is let go
-        self._gate = self._new_gate()
+        # from its acquire() until the token is let go; its changes go under the state's mutex
+        self._gate = self._new_gate(self._mutex)
         self._generation = _fork_generation[0]  # the process (see _fork) this state belongs to
         self._token: Optional[bytes] = None
         self._unlocked_token: Optional[bytes] = None  # the last token unlocked after an interrupt
@@ -246,8 +246,10 @@ class LockState:
     def _new_lost_event(self) -> Any:
         raise NotImplementedError
 
-    def _new_gate(self) -> Any:
-        """The local gate: a ThreadGate or an asyncio TaskGate."""
+    def _new_gate(self, mutex: Optional[StateMutex] = None) -> Any:
+        """A local gate: a ThreadGate or an asyncio TaskGate. A thread gate's changes go under
+        `mutex`: the lock object's own gate shares its state mutex (no call of the gate is made
+        while that is held), a gate of turns (shared by lock objects) has one of its own."""
         raise NotImplementedError
 
     def _current_owner(self) -> Any:
@@ -387,7 +389,7 @@ class LockState:
         if self._generation == _fork_generation[0]:
             return
         self._mutex = StateMutex()
-        self._gate = self._new_gate()
+        self._gate = self._new_gate(self._mutex)
         self._lost_event = None
         self._token = None
         self._adopted = False

@@ -34,8 +34,9 @@ class ThreadGate(LocalGate):
 
     __slots__ = ("_holder", "_mutex", "_waiters", "_wake")
 
-    def __init__(self) -> None:
-        self._mutex = StateMutex()
+    def __init__(self, mutex: Optional[StateMutex] = None) -> None:
+        # (a lock object's gate shares its state's mutex: see LockState._new_gate)
+        self._mutex = StateMutex() if mutex is None else mutex
         self._holder: Optional[int] = None  # the holding thread's ident
         # Made by the first waiter (most gates never have one: a lock object made per use):
         # the waiting threads' idents, and a lock released (a token) when the gate is left with

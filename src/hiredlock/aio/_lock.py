@@ -20,6 +20,7 @@ from .._core.with_blocks import release_failed_on_exit
 from ._gate import TaskGate
 
 if TYPE_CHECKING:
+    from .._core.state_mutex import StateMutex
     from ._redlock import AsyncRedlock
 
 _log = logging.getLogger("hiredlock.callbacks")
@@ -126,7 +127,8 @@ class AsyncLock(LockBase, AsyncWithStatement):
     def _new_lost_event(self) -> asyncio.Event:
         return asyncio.Event()
 
-    def _new_gate(self) -> TaskGate:
+    def _new_gate(self, mutex: Optional[StateMutex] = None) -> TaskGate:
+        # (an event loop's tasks take turns without a mutex)
         return TaskGate()
 
     def _current_owner(self) -> Optional[asyncio.Task[Any]]:
