@@ -135,17 +135,17 @@ class Redlock(ClientBase):
         failed so that no name could have been acquired.
         """
         _batches.check_names(names)
-        self._session.timing(ttl)  # a bad ttl is refused even for an empty batch
+        self.session.timing(ttl)  # a bad ttl is refused even for an empty batch
         locks = [Lock(self, name, ttl) for name in names]
         pin = _lock_batches.share_pin(locks)
-        steps = _lock_batches.acquire_many_steps(self._session, locks)
+        steps = _lock_batches.acquire_many_steps(self.session, locks)
         try:
-            acquired: list[Optional[Lock]] = self._session.rounds.run(steps, pin)
+            acquired: list[Optional[Lock]] = self.session.rounds.run(steps, pin)
             return acquired
         except BaseException:
             # An interrupt once the steps were over (a signal handler runs as the driver
             # returns): the names they took are given back.
-            self._session.rounds.run(_lock_batches.give_back_many_steps(locks), pin)
+            self.session.rounds.run(_lock_batches.give_back_many_steps(locks), pin)
             raise
 
     def release_many(self, locks: Iterable[Lock]) -> None:
@@ -155,8 +155,8 @@ class Redlock(ClientBase):
         all; the votes are the first one's); the others are released all the same.
         """
         batch = list(locks)
-        steps = _lock_batches.release_many_steps(self._session, "Redlock", Lock, batch)
-        self._session.rounds.run(steps, _lock_batches.pin_of(batch))
+        steps = _lock_batches.release_many_steps(self.session, "Redlock", Lock, batch)
+        self.session.rounds.run(steps, _lock_batches.pin_of(batch))
 
     def multilock(
         self,
@@ -245,8 +245,8 @@ class Redlock(ClientBase):
         each: its outcome, and key -> how many keys went; a master that failed removed nothing,
         check `outcome`). The holders find out at their next extend, renewal or release
         (LockLost). Refused while this Redlock holds the lock."""
-        report: list[Removed] = self._session.rounds.run(
-            _batches.force_release_steps(self._session, name)
+        report: list[Removed] = self.session.rounds.run(
+            _batches.force_release_steps(self.session, name)
         )
         return report
 
@@ -256,7 +256,7 @@ class Redlock(ClientBase):
         lock taken on `name` afterwards starts counting again from 1. Refused while this Redlock
         holds the lock; raises QuorumUnreachable if fewer than a quorum answered.
         """
-        self._session.rounds.run(_batches.delete_fence_counter_steps(self._session, name))
+        self.session.rounds.run(_batches.delete_fence_counter_steps(self.session, name))
 
     def connect(self) -> tuple[Vote, ...]:
         """Opens every master's connection now (TCP, TLS handshake, AUTH/SELECT), in one round
@@ -265,17 +265,17 @@ class Redlock(ClientBase):
         first lock of a fresh client may be held by a bare quorum. Returns each master's vote (OK:
         connected); raises nothing for masters that failed. Optional: every round connects what
         it needs. With threads, each thread's first round uses an engine of its own."""
-        votes: tuple[Vote, ...] = self._session.rounds.run(_batches.connect_steps(self._session))
+        votes: tuple[Vote, ...] = self.session.rounds.run(_batches.connect_steps(self.session))
         return votes
 
     def locked(self, name: str | bytes) -> bool:
         """True if a majority of the masters hold a key for `name` (anyone's lock)."""
-        return _batches.locked(self._session, self.inspect(name))
+        return _batches.locked(self.session, self.inspect(name))
 
     def inspect(self, name: str | bytes) -> list[KeyState]:
         """Asks every master what it holds for `name`: exists, PTTL, and whether it is ours."""
-        steps = _batches.inspect_steps(self._session, name)
-        states: list[KeyState] = self._session.rounds.run(steps)
+        steps = _batches.inspect_steps(self.session, name)
+        states: list[KeyState] = self.session.rounds.run(steps)
         return states
 
     def close(self) -> None:
@@ -285,7 +285,7 @@ class Redlock(ClientBase):
         whose release fails stays on the masters until its ttl, and is logged as a warning,
         unless its loss was told already (extend() raised LockLost, or its renewal failed).
         """
-        session = self._session
+        session = self.session
         if not session.close():  # (no acquire wins from here on; the waits between attempts
             return  # and for release notices end)
         session.renewals.stop()

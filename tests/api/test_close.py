@@ -255,11 +255,11 @@ def test_a_held_lock_its_caller_dropped_leaves_the_clients_registry(
     kept = rl.lock(key + ":kept", 30)
     dropped = rl.lock(key, 30)
     assert kept.acquire(blocking=False) and dropped.acquire(blocking=False)
-    assert len(rl._session.held) == 2
+    assert len(rl.session.held) == 2
     del dropped
     gc.collect()
-    assert [lock.key for lock in rl._session.held_locks()] == [kept.key]
-    assert len(rl._session.held) == 1
+    assert [lock.key for lock in rl.session.held_locks()] == [kept.key]
+    assert len(rl.session.held) == 1
     rl.close()
     assert_no_key(servers, key + ":kept")
     assert all(server.admin().get(key) is not None for server in servers)  # (until its ttl)
@@ -286,11 +286,11 @@ def test_an_async_held_lock_its_caller_dropped_leaves_the_clients_registry(
         kept = rl.lock(key + ":kept", 30)
         dropped = rl.lock(key, 30)
         assert await kept.acquire(blocking=False) and await dropped.acquire(blocking=False)
-        assert len(rl._session.held) == 2
+        assert len(rl.session.held) == 2
         del dropped
         gc.collect()
-        assert [lock.key for lock in rl._session.held_locks()] == [kept.key]
-        assert len(rl._session.held) == 1
+        assert [lock.key for lock in rl.session.held_locks()] == [kept.key]
+        assert len(rl.session.held) == 1
         await rl.aclose()
 
     run_async(main())

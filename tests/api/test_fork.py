@@ -128,12 +128,12 @@ def test_a_child_closes_a_client_whose_state_mutex_a_parent_thread_held(
 ):
     rl = make_redlock(urls(masters5[:3]), master_timeout=MT)
     lock = rl.lock(key, 30)
-    parent_mutex = rl._session.state_mutex
+    parent_mutex = rl.session.state_mutex
 
     def child() -> bool:
         assert lock.acquire(blocking=False)  # (its _took takes the client's state mutex)
         rl.close()  # releases it
-        assert rl._session.state_mutex is not parent_mutex
+        assert rl.session.state_mutex is not parent_mutex
         return True
 
     with held_across_the_fork(parent_mutex):

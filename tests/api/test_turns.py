@@ -113,14 +113,14 @@ def _client(rl: Any) -> Any:
 
 def waits_on_notices(rl, key) -> int:
     """The client's waits now under way on the release notices of `key`."""
-    board = _client(rl)._session.notices._board
+    board = _client(rl).session.notices._board
     return len(board.waiters.get(b"hiredlock:released:" + braced(key), ()))
 
 
 def waiting_for_a_turn(rl) -> bool:
     """Whether some acquire of the client waits for its turn."""
     try:
-        return any(gate.waiting for gate in list(_client(rl)._session.turns._gates.values()))
+        return any(gate.waiting for gate in list(_client(rl).session.turns._gates.values()))
     except RuntimeError:  # (the loop's thread changed a gate meanwhile: asked again)
         return False
 

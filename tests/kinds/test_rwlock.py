@@ -662,7 +662,7 @@ def parked(rl: Any, channel: bytes) -> bool:
     master's subscriber confirmed the channel: from then on only a release notice (or the
     waiter's timer) wakes it. (The client's notice board, read where it is driven: under its
     mutex, or in the event loop.)"""
-    board = unwrap(rl)._session.notices._board
+    board = unwrap(rl).session.notices._board
 
     def look() -> bool:
         waiters = board.waiters.get(channel, ())
@@ -727,7 +727,7 @@ def test_release_during_a_refused_attempt_wakes_the_waiter(api, make_redlock, ma
     wait_until(lambda: parked(b, channel), 5, "b's reader parked on the channel")
     first.release()
     assert waiting_reader.result(10) is True
-    assert all(channel in s.confirmed for s in unwrap(b)._session.notices._board.subscribers)
+    assert all(channel in s.confirmed for s in unwrap(b).session.notices._board.subscribers)
 
     masters5[4].stop()
     try:

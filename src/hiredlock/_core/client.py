@@ -42,7 +42,9 @@ class ClientBase:
     ) -> None:
         observers = observers_for(on_event)
         specs = parse_masters(masters)
-        self._session = session = Session(
+        # The state this client's locks share (for hiredlock's own lock classes: an attribute,
+        # read once by every lock object made)
+        session = Session(
             specs,
             retry_count=retry_count,
             retry_delay=retry_delay,
@@ -52,6 +54,7 @@ class ClientBase:
             observers=observers,
             namespace=namespace,
         )
+        self.session: Session = session
         session.label = hex(id(self))
         session.wake = _validation.flag(wake, "wake")
         self.backend: str = session.backend
@@ -61,48 +64,43 @@ class ClientBase:
         session.renewals = flavour.renewals(session)
 
     @property
-    def session(self) -> Session:
-        """The state this client's locks share (for hiredlock's own lock classes)."""
-        return self._session
-
-    @property
     def masters(self) -> tuple[MasterSpec, ...]:
-        return self._session.masters
+        return self.session.masters
 
     @property
     def closed(self) -> bool:
         """True once closed: no lock can be acquired any more."""
-        return self._session.closed
+        return self.session.closed
 
     @property
     def namespace(self) -> bytes:
         """The prefix of every key and channel this client writes or reads (b"": none)."""
-        return self._session.namespace
+        return self.session.namespace
 
     @property
     def quorum(self) -> int:
-        return self._session.quorum
+        return self.session.quorum
 
     @property
     def retry_count(self) -> int:
-        return self._session.retry_count
+        return self.session.retry_count
 
     @property
     def retry_delay(self) -> float:
-        return self._session.retry_delay
+        return self.session.retry_delay
 
     @property
     def wake(self) -> bool:
         """Whether waiters are woken by release notices (the default of each lock's `wake`)."""
-        return self._session.wake
+        return self.session.wake
 
     @property
     def drift_factor(self) -> float:
-        return self._session.drift_factor
+        return self.session.drift_factor
 
     def master_timeout_ms(self, ttl_ms: float) -> float:
         """The per-master wait of one round for a lock of this ttl."""
-        return self._session.master_timeout_ms(ttl_ms)
+        return self.session.master_timeout_ms(ttl_ms)
 
     @staticmethod
     def _lock_factory(
@@ -119,5 +117,5 @@ class ClientBase:
         return for_call
 
     def __repr__(self) -> str:
-        masters = list(self._session.master_names)
+        masters = list(self.session.master_names)
         return f"{type(self).__name__}({masters!r}, backend={self.backend!r})"

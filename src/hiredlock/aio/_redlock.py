@@ -43,7 +43,7 @@ class AsyncRedlock(ClientBase):
 
     @property
     def _rounds(self) -> AsyncRounds:
-        return self._session.rounds  # type: ignore[no-any-return]
+        return self.session.rounds  # type: ignore[no-any-return]
 
     @overload
     def lock(
@@ -130,45 +130,45 @@ class AsyncRedlock(ClientBase):
     ) -> list[Optional[AsyncLock]]:
         """As Redlock.acquire_many: one attempt at every name, one round trip per master."""
         _batches.check_names(names)
-        self._session.timing(ttl)  # a bad ttl is refused even for an empty batch
+        self.session.timing(ttl)  # a bad ttl is refused even for an empty batch
         locks = [AsyncLock(self, name, ttl) for name in names]
         acquired: list[Optional[AsyncLock]] = await self._rounds.run(
-            _lock_batches.acquire_many_steps(self._session, locks)
+            _lock_batches.acquire_many_steps(self.session, locks)
         )
         return acquired
 
     async def release_many(self, locks: Iterable[AsyncLock]) -> None:
         """As Redlock.release_many: every lock in one round trip per master."""
         steps = _lock_batches.release_many_steps(
-            self._session, "AsyncRedlock", AsyncLock, list(locks)
+            self.session, "AsyncRedlock", AsyncLock, list(locks)
         )
         await self._rounds.run(steps)
 
     async def connect(self) -> tuple[Vote, ...]:
         """As Redlock.connect: opens every master's connection now; each master's vote."""
-        votes: tuple[Vote, ...] = await self._rounds.run(_batches.connect_steps(self._session))
+        votes: tuple[Vote, ...] = await self._rounds.run(_batches.connect_steps(self.session))
         return votes
 
     async def locked(self, name: str | bytes) -> bool:
         """True if a majority of the masters hold a key for `name` (anyone's lock)."""
-        return _batches.locked(self._session, await self.inspect(name))
+        return _batches.locked(self.session, await self.inspect(name))
 
     async def inspect(self, name: str | bytes) -> list[KeyState]:
         """Asks every master what it holds for `name`: exists, PTTL, and whether it is ours."""
-        states: list[KeyState] = await self._rounds.run(_batches.inspect_steps(self._session, name))
+        states: list[KeyState] = await self._rounds.run(_batches.inspect_steps(self.session, name))
         return states
 
     async def force_release(self, name: str | bytes) -> list[Removed]:
         """As Redlock.force_release: removes every key of `name` on every master, whoever holds
         it (its fence counter stays); what each master removed."""
         report: list[Removed] = await self._rounds.run(
-            _batches.force_release_steps(self._session, name)
+            _batches.force_release_steps(self.session, name)
         )
         return report
 
     async def delete_fence_counter(self, name: str | bytes) -> None:
         """As Redlock.delete_fence_counter."""
-        await self._rounds.run(_batches.delete_fence_counter_steps(self._session, name))
+        await self._rounds.run(_batches.delete_fence_counter_steps(self.session, name))
 
     def synchronized(
         self,
@@ -203,7 +203,7 @@ class AsyncRedlock(ClientBase):
         closes every connection. Releasing is best effort: a lock whose release fails stays on
         the masters until its ttl, and is logged as a warning, unless its loss was told already
         (extend() raised LockLost, or its renewal failed)."""
-        session = self._session
+        session = self.session
         if not session.close():  # (no acquire wins from here on; the waits between attempts
             return  # and for release notices end)
         rounds = self._rounds
