@@ -51,7 +51,7 @@ def key_expiries(servers, key, token):
         pttl = a.pttl(key)
         t = time.monotonic()
         assert pttl != -1, f"our key on {s} has no expiry"
-        # 0: under 1 ms left; -2: expired since the GET (a short ttl on a busy host): by t either way
+        # 0: under 1 ms left; -2: expired since the GET (a short ttl, a busy host): by t either way
         out.append(t + max(pttl, 0) / 1000.0)
     return sorted(out, reverse=True)
 
