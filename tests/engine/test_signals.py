@@ -20,6 +20,7 @@ import uuid
 
 import pytest
 from support import EXTRA_SLACK, FOREIGN, assert_no_key, assert_values, kb, values
+from thinning import campaign
 
 from hiredlock import HiredlockError, Outcome, QuorumUnreachable
 from hiredlock._core.masters import parse_masters
@@ -231,7 +232,7 @@ class Sleeper(threading.Thread):
         self.client.close()  # other tests count the connections the masters have
 
 
-ITERATIONS = 120
+ITERATIONS = campaign(full=120, default=50)  # (see thinning.campaign)
 TIME_BUDGET = 60.0 + EXTRA_SLACK
 
 

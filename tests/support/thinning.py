@@ -8,6 +8,9 @@ Meant for the tests that spend seconds per cell waiting on servers (Sentinel out
 failovers, restart campaigns), where the cheap tests already cover each pair of values.
 HIREDLOCK_FULL_MATRIX=1 (`make test-full`) runs every cell, as for the fault matrix
 (tests/faults/plugin.py).
+
+campaign() sizes the randomised campaigns (interrupts at random points) the same way: a shorter
+run by default, the full one with HIREDLOCK_FULL_MATRIX=1.
 """
 
 from __future__ import annotations
@@ -25,6 +28,12 @@ MARKER_HELP = (
 
 def full_matrix_requested() -> bool:
     return os.environ.get(FULL_MATRIX_ENV, "").strip() in {"1", "true", "yes"}
+
+
+def campaign(full: int, default: int) -> int:
+    """The number of iterations of a randomised campaign: `full` with HIREDLOCK_FULL_MATRIX=1
+    (`make test-full`), `default` otherwise (`make test`, CI)."""
+    return full if full_matrix_requested() else default
 
 
 def _grid_key(item) -> tuple[str, str]:
