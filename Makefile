@@ -36,14 +36,19 @@ install: deps venv
 # scenarios on the pairwise cover of engine x API x fault (half the matrix: tests/faults/plugin.py),
 # the tests marked each_value_once on a cover of their grid (tests/support/thinning.py).
 # PYTEST_ARGS replaces `tests` (CI leaves out tests/sim here: its uncompiled tier runs it).
+# TEST_WORKERS: test processes (pytest-xdist; 0: the suite in one process). Most of a test's time
+# is spent waiting on servers, so two halve the suite's time on two CPUs; more would load a small
+# machine past the few-ms bounds some tests hold the library to.
 PYTEST_ARGS ?= tests
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
-# Every cell of the fault matrix and of the each_value_once grids too (about 6 minutes more).
+# Every cell of the fault matrix and of the each_value_once grids too, and the whole random-interrupt
+# campaigns (about 7 minutes more).
 .PHONY: test-full
 test-full: install
-	HIREDLOCK_FULL_MATRIX=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+	HIREDLOCK_FULL_MATRIX=1 $(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check src tests tools sim bench examples setup.py

@@ -92,6 +92,23 @@ def pytest_collection_modifyitems(config, items):
         items[:] = kept
 
 
+def pytest_sessionfinish(session):
+    # A worker of pytest-xdist (make test runs two) hands its scenarios' summaries and its count
+    # of the matrix to the controller, which prints them (pytest_testnodedown).
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["fault_summaries"] = list(SUMMARIES)
+        workeroutput["fault_matrix"] = dict(MATRIX_COUNTS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller: a worker ended (every worker counted the same matrix)."""
+    output = getattr(node, "workeroutput", {})
+    SUMMARIES.extend(output.get("fault_summaries", ()))
+    MATRIX_COUNTS.update(output.get("fault_matrix", {}))
+
+
 def pytest_terminal_summary(terminalreporter):
     if not SUMMARIES:
         return
