@@ -26,8 +26,9 @@ from importlib.machinery import EXTENSION_SUFFIXES
 
 # The hot path of a lock's acquire and release (Lock's methods, a lock's state and steps, the
 # judgement of a round, the clock, the session, the state mutex, the engine pool, the local
-# gates, the tokens, the requests), and asyncio's (AsyncLock's methods, its local gate, the
-# rounds that batch tasks' requests, the driver of the loop callbacks).
+# gates, the tokens, the requests, the client whose lock() makes a lock object per use), and
+# asyncio's (AsyncLock's methods, its local gate, the rounds that batch tasks' requests, the
+# driver of the loop callbacks, its client).
 COMPILED = (
     "hiredlock._core.clock",
     "hiredlock._core.tokens",
@@ -41,10 +42,12 @@ COMPILED = (
     "hiredlock._core.local_gate",
     "hiredlock._sync.gate",
     "hiredlock._lock",
+    "hiredlock._redlock",
     "hiredlock.aio._gate",
     "hiredlock.aio._driver",
     "hiredlock.aio._rounds",
     "hiredlock.aio._lock",
+    "hiredlock.aio._redlock",
 )
 
 # {module name: source_digests() of the sources it was compiled from}, written by every build
