@@ -45,7 +45,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "fork: test calls os.fork() in the pytest process")
     config.addinivalue_line("markers", "subprocess: test runs python subprocesses")
     thinning.pytest_configure(config)
-    if not hasattr(config, "workerinput"):
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
         # (the fault tests load faults.plugin as they are imported; under pytest-xdist, which
         # `make test` runs, the controlling process imports no test, and needs the plugin to
         # print the scenarios' summary its workers hand over)
