@@ -42,8 +42,6 @@ class ClientBase:
     ) -> None:
         observers = observers_for(on_event)
         specs = parse_masters(masters)
-        # The state this client's locks share (for hiredlock's own lock classes: an attribute,
-        # read once by every lock object made)
         session = Session(
             specs,
             retry_count=retry_count,
@@ -54,6 +52,8 @@ class ClientBase:
             observers=observers,
             namespace=namespace,
         )
+        # The state this client's locks share (for hiredlock's own lock classes: an attribute,
+        # read once by every lock object made)
         self.session: Session = session
         session.label = hex(id(self))
         session.wake = _validation.flag(wake, "wake")
