@@ -413,4 +413,6 @@ cdef bint _redirect(NativeEngine self, Command *cmd, int k, int i, const char *t
 cdef int _ask_router(NativeEngine self, int i, const char *text, bint *asking) noexcept with gil
 
 # round_events.pxi: NativeRound (above), the round fed by an event loop (hiredlock/aio/_rounds.py)
-# steps.pxi: run_steps, the blocking driver of the step generators (_engines/blocking.py's run)
+# steps.pxi: run_steps, the blocking driver of the step generators (_engines/blocking.py's run),
+# and run_one, one request's round (_engines/blocking.py's run_one)
+cdef object _run_request(object checkout, object checkin, object request, list pin)

@@ -39,59 +39,73 @@ def set_request_types(set_nx, run_script, cleanup, pause, pause_function):
     _pause = pause_function
 
 
+cdef object _run_request(object checkout, object checkin, object request, list pin):
+    """One request's round on an engine from the pool (or its pause): the reply. See
+    hiredlock._engines.blocking.run_one_python (pin included)."""
+    cdef object kind = type(request)
+    cdef object engine, reply
+    cdef tuple args
+    cdef NativeEngine native
+    cdef bint owes, is_set
+    if kind is _Pause:
+        _pause(request)
+        return None
+    if not isinstance(request, tuple):
+        raise TypeError(f"not a request: {request!r}")
+    args = <tuple>request
+    is_set = kind is _SetNx
+    if pin is None or pin[0] is None:
+        engine = checkout()
+    else:  # wait for it about a round: this one's timeout
+        engine = checkout(pin[0], args[SET_NX_TIMEOUT_MS] if is_set else args[SCRIPT_TIMEOUT_MS])
+    try:
+        if type(engine) is NativeEngine:
+            native = <NativeEngine>engine
+            if is_set:
+                reply = native.set_nx(args[SET_NX_KEYS], args[SET_NX_TOKENS],
+                                      args[SET_NX_TTL_MS], args[SET_NX_TIMEOUT_MS])
+            else:
+                reply = native.run_script(
+                    args[SCRIPT_SHA], args[SCRIPT_SOURCE], args[SCRIPT_NUMKEYS],
+                    args[SCRIPT_ARGVS], args[SCRIPT_TIMEOUT_MS],
+                    args[SCRIPT_WAIT_ALL], args[SCRIPT_WANT_VALUES],
+                    args[SCRIPT_HONOUR_BACKOFF], args[SCRIPT_ACQUIRES])
+        else:
+            reply = engine.run(request)
+    finally:
+        if pin is not None:
+            if type(engine) is NativeEngine:
+                owes = (<NativeEngine>engine).owes_replies()
+            else:
+                owes = engine.owes_replies()
+            pin[0] = engine if owes else None
+        checkin(engine)
+    return reply
+
+
+def run_one(checkout, checkin, request, list pin=None):
+    """Runs one request, blocking, on an engine from a pool (its checkout and checkin) and
+    returns its reply; see hiredlock._engines.blocking.run_one_python (pin included). The
+    direct form of a lock's steps (hiredlock/_sync/blocking_steps.py) calls it for each of
+    their rounds."""
+    return _run_request(checkout, checkin, request, pin)
+
+
 def run_steps(checkout, checkin, steps, list pin=None):
     """Drives a step generator to its end, blocking, on engines from a pool (its checkout and
     checkin); see hiredlock._engines.blocking.run_python (pin included). A native engine's
     rounds are called in C, without a Python call in between."""
     cdef PyObject *sent = NULL
     cdef int status = PyIter_Send(steps, None, &sent)
-    cdef object request, engine, reply, kind
-    cdef tuple args
-    cdef NativeEngine native
-    cdef bint owes, is_set
+    cdef object request, reply
     while True:
         request = <object>sent
         Py_DECREF(sent)
         sent = NULL
         if status == PYGEN_RETURN:
             return request
-        kind = type(request)
         try:
-            if kind is _Pause:
-                _pause(request)
-                reply = None
-            else:
-                if not isinstance(request, tuple):
-                    raise TypeError(f"not a request: {request!r}")
-                args = <tuple>request
-                is_set = kind is _SetNx
-                if pin is None or pin[0] is None:
-                    engine = checkout()
-                else:  # wait for it about a round: this one's timeout
-                    engine = checkout(
-                        pin[0], args[SET_NX_TIMEOUT_MS] if is_set else args[SCRIPT_TIMEOUT_MS])
-                try:
-                    if type(engine) is NativeEngine:
-                        native = <NativeEngine>engine
-                        if is_set:
-                            reply = native.set_nx(args[SET_NX_KEYS], args[SET_NX_TOKENS],
-                                                  args[SET_NX_TTL_MS], args[SET_NX_TIMEOUT_MS])
-                        else:
-                            reply = native.run_script(
-                                args[SCRIPT_SHA], args[SCRIPT_SOURCE], args[SCRIPT_NUMKEYS],
-                                args[SCRIPT_ARGVS], args[SCRIPT_TIMEOUT_MS],
-                                args[SCRIPT_WAIT_ALL], args[SCRIPT_WANT_VALUES],
-                                args[SCRIPT_HONOUR_BACKOFF], args[SCRIPT_ACQUIRES])
-                    else:
-                        reply = engine.run(request)
-                finally:
-                    if pin is not None:
-                        if type(engine) is NativeEngine:
-                            owes = (<NativeEngine>engine).owes_replies()
-                        else:
-                            owes = engine.owes_replies()
-                        pin[0] = engine if owes else None
-                    checkin(engine)
+            reply = _run_request(checkout, checkin, request, pin)
         except BaseException as exc:
             try:
                 request = steps.throw(exc)
