@@ -397,4 +397,11 @@ def _extensions() -> list[Extension]:
     return extensions
 
 
+# hiredlock/_sync/blocking_steps.py, the direct form of a lock's steps, is derived from
+# hiredlock/_core/lock_steps.py by tools/blocking_steps.py before any build (it is not in git):
+# every install, compiled or not, has it, in step with the steps it comes from.
+runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools/blocking_steps.py"))[
+    "write"
+]()
+
 setup(ext_modules=_extensions(), cmdclass={"build_ext": BuildExt})

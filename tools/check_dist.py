@@ -4,8 +4,8 @@
     tools/check_dist.py --sdist dist/hiredlock-X.tar.gz [--wheel W.whl ...] [--pure W.whl ...]
 
 sdist: everything a source build needs (the Cython source, setup.py, the license files, the build
-script of the static hiredis, the tests cibuildwheel runs) and no build artefacts (no generated
-.c, no compiled objects, no caches).
+script of the static hiredis, the tool that derives the direct form of the steps, the tests
+cibuildwheel runs) and no build artefacts (no generated .c, no compiled objects, no caches).
 --wheel: a binary wheel: exactly one hiredlock._native extension, every module of
 hiredlock/_compiled.py's COMPILED compiled (beside its .py) and the manifest of their sources, no
 C/Cython sources, both license files, the license expression, and every module of the sdist's
@@ -67,6 +67,7 @@ SDIST_REQUIRED = (
     "src/hiredlock/py.typed",
     "src/hiredlock/_native.pyi",
     "tools/build_hiredis.sh",
+    "tools/blocking_steps.py",
     "tests/conftest.py",
     "tests/support/servers.py",
     "tests/support/support.py",

@@ -26,9 +26,9 @@ from importlib.machinery import EXTENSION_SUFFIXES
 
 # The hot path of a lock's acquire and release (Lock's methods, a lock's state and steps, the
 # judgement of a round, the clock, the session, the state mutex, the engine pool, the local
-# gates, the tokens, the requests, the client whose lock() makes a lock object per use), and
-# asyncio's (AsyncLock's methods, its local gate, the rounds that batch tasks' requests, the
-# driver of the loop callbacks, its client).
+# gates, the tokens, the requests, the client whose lock() makes a lock object per use, the direct
+# form of the steps for a blocking client), and asyncio's (AsyncLock's methods, its local gate,
+# the rounds that batch tasks' requests, the driver of the loop callbacks, its client).
 COMPILED = (
     "hiredlock._core.clock",
     "hiredlock._core.tokens",
@@ -41,6 +41,7 @@ COMPILED = (
     "hiredlock._engines.pool",
     "hiredlock._core.local_gate",
     "hiredlock._sync.gate",
+    "hiredlock._sync.blocking_steps",
     "hiredlock._lock",
     "hiredlock._redlock",
     "hiredlock.aio._gate",

@@ -1,6 +1,7 @@
 """Lock: one named lock on a Redlock's masters, driven by the calling thread (see
 _core/lock_steps.py and _core/lock_state.py for the algorithm it shares with
-hiredlock.aio.AsyncLock)."""
+hiredlock.aio.AsyncLock; its acquire and release run the direct form of those steps,
+_sync/blocking_steps.py, where its kind keeps LockBase's)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,12 @@ from ._core.state_mutex import StateMutex
 from ._core.tokens import new_token
 from ._core.validation import Duration
 from ._core.with_blocks import release_failed_on_exit
+from ._sync.blocking_steps import (
+    acquire_steps_direct,
+    direct_acquire,
+    direct_release,
+    release_steps_direct,
+)
 from ._sync.gate import ThreadGate
 
 __all__ = ["Lock", "WithStatement", "new_token"]
@@ -108,8 +115,11 @@ class Lock(LockBase, WithStatement):
                     self._end_turn(turn)
                     self._turn_missed(waited_from)
                     return False
-            steps = self._acquire_steps(blocking, deadline_ns, turn)
-            acquired: bool = self._rounds.run(steps, self._pin)
+            if direct_acquire(type(self)):  # (the steps' rounds run as they come)
+                acquired: bool = acquire_steps_direct(self, blocking, deadline_ns, turn)
+            else:
+                steps = self._acquire_steps(blocking, deadline_ns, turn)
+                acquired = self._rounds.run(steps, self._pin)
             if turn is not None:
                 # (in here: an interrupt as the turn ends gives the lock back, below)
                 self._end_turn(turn)
@@ -135,7 +145,10 @@ class Lock(LockBase, WithStatement):
         """
         token = self._token
         try:
-            self._rounds.run(self._release_steps(), self._pin)
+            if direct_release(type(self)):
+                release_steps_direct(self)
+            else:
+                self._rounds.run(self._release_steps(), self._pin)
         except (NotHeld, LockLost):
             raise
         except BaseException:
