@@ -307,6 +307,8 @@ def generate_pxd(source_pxd: str, source: str) -> str:
             cimports.append("\n".join(block))
         i += 1
     cimports.append(f"from {SOURCE_MODULE} cimport {CLASS}")
+    cimports.append("from hiredlock._engines.blocking cimport BlockingRounds")
+    cimports.append("cimport cython")
     methods = methods_of(ast.parse(source, str(SOURCE)))
     functions = []
     for name in TWINNED:
@@ -319,10 +321,22 @@ def generate_pxd(source_pxd: str, source: str) -> str:
             p + ("=*" if k >= first_default else "") for k, p in enumerate(plain)
         ]
         functions.append(f"cpdef {direct_name(name)}({', '.join(params)})")
-    functions.append("cdef object run_round(LockBase lock, object request)")
     for check in ENTRIES.values():
         functions += [f"cdef dict _{check}_kinds", f"cpdef {check}(kind)"]
-    return PXD_HEADER + "\n".join(sorted(set(cimports))) + "\n\n\n" + "\n".join(functions) + "\n"
+    # (the lock's rounds read as the blocking client's: its pool's checkout and checkin in C)
+    run_round = (
+        "@cython.locals(rounds=BlockingRounds)\n"
+        "cdef object run_round(LockBase lock, object request)"
+    )
+    return (
+        PXD_HEADER
+        + "\n".join(sorted(set(cimports)))
+        + "\n\n\n"
+        + "\n".join(functions)
+        + "\n\n\n"
+        + run_round
+        + "\n"
+    )
 
 
 def write() -> bool:

@@ -25,10 +25,11 @@ import sys
 from importlib.machinery import EXTENSION_SUFFIXES
 
 # The hot path of a lock's acquire and release (Lock's methods, a lock's state and steps, the
-# judgement of a round, the clock, the session, the state mutex, the engine pool, the local
-# gates, the tokens, the requests, the client whose lock() makes a lock object per use, the direct
-# form of the steps for a blocking client), and asyncio's (AsyncLock's methods, its local gate,
-# the rounds that batch tasks' requests, the driver of the loop callbacks, its client).
+# judgement of a round, the clock, the session, the state mutex, the engine pool and the blocking
+# client's rounds, the local gates, the tokens, the requests, the client whose lock() makes a lock
+# object per use, the direct form of the steps for a blocking client), and asyncio's (AsyncLock's
+# methods, its local gate, the rounds that batch tasks' requests, the driver of the loop
+# callbacks, its client).
 COMPILED = (
     "hiredlock._core.clock",
     "hiredlock._core.tokens",
@@ -39,6 +40,7 @@ COMPILED = (
     "hiredlock._core.lock_state",
     "hiredlock._core.lock_steps",
     "hiredlock._engines.pool",
+    "hiredlock._engines.blocking",
     "hiredlock._core.local_gate",
     "hiredlock._sync.gate",
     "hiredlock._sync.blocking_steps",
