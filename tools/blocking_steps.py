@@ -140,10 +140,6 @@ def twinned_method(node: ast.AST) -> str | None:
     return None
 
 
-def self_attr(name: str) -> ast.Attribute:
-    return ast.Attribute(value=ast.Name(id="self", ctx=ast.Load()), attr=name, ctx=ast.Load())
-
-
 class ToDirect(ast.NodeTransformer):
     """Turns one generator method's body into its direct form (see the module's docstring)."""
 
