@@ -28,16 +28,25 @@ def test_tokens_are_lowercase_hex_of_fresh_random_bytes():
 
 
 def test_tokens_are_the_hex_of_the_os_random_bytes(monkeypatch):
-    """A batch is the hex of what os.urandom gave, token by token, in order."""
-    random = bytes(range(256)) * 5
-    monkeypatch.setattr(os, "urandom", lambda size: random[:size])
-    monkeypatch.setattr(tokens, "_ready", type(tokens._ready)())
-    monkeypatch.setattr(tokens, "_take", tokens._ready.popleft)
-    tokens._refill()
-    ready = list(tokens._ready)
-    expected = binascii.hexlify(random[: TOKEN_BYTES * len(ready)])
-    assert b"".join(ready) == expected
-    assert {len(token) for token in ready} == {2 * TOKEN_BYTES}
+    """After forget_batch, tokens are the hex of what os.urandom gives next, token by token, in
+    order, and a batch that runs out is followed by a fresh read."""
+    reads = []
+
+    def urandom(size):
+        data = bytes((len(reads) * 7 + i) % 256 for i in range(size))
+        reads.append(data)
+        return data
+
+    monkeypatch.setattr(os, "urandom", urandom)
+    tokens.forget_batch()
+    try:
+        made = [tokens.new_token() for _ in range(100)]
+    finally:
+        tokens.forget_batch()  # (the rest of the session's tokens are random again)
+    assert len(reads) == 2, "64 tokens a read"
+    expected = binascii.hexlify(b"".join(reads))
+    assert b"".join(made) == expected[: 2 * TOKEN_BYTES * 100]
+    assert {len(token) for token in made} == {2 * TOKEN_BYTES}
 
 
 @pytest.mark.parametrize(

@@ -1,13 +1,18 @@
 # new_token as a C function, when Cython compiles tokens.py (see hiredlock/_compiled.py):
-# lock_steps.pxd cimports it, so that taking a token on every acquire's path is a C call.
+# lock_steps.pxd cimports it, so that taking a token on every acquire's path is a C call; the
+# batch and the index of its next token are C variables (read and written under the GIL, with no
+# Python code in between: see tokens.py).
 
 cimport cython
 
-cpdef bytes new_token()
+cdef Py_ssize_t _TOKEN_BYTES
+cdef Py_ssize_t _BATCH_BYTES
+cdef bytes _random
+cdef Py_ssize_t _next
 
 
 # One token: `size` bytes of `random` from `at`, in lowercase hex (as binascii.hexlify writes
-# them), for _refill.
+# them).
 cdef extern from *:
     """
     static inline PyObject *hl_hex_token(PyObject *random, Py_ssize_t at, Py_ssize_t size) {
@@ -43,5 +48,5 @@ cdef extern from *:
     object hex_token "hl_hex_token" (bytes random, Py_ssize_t at, Py_ssize_t size)
 
 
-@cython.locals(random=bytes, at=Py_ssize_t, made=list)
-cpdef _refill()
+@cython.locals(at=Py_ssize_t, fresh=bytes)
+cpdef bytes new_token()

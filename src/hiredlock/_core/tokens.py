@@ -1,9 +1,16 @@
 """Lock tokens: 20 random bytes from the OS each, as 40 hex characters.
 
-The OS CSPRNG is read for 64 tokens at a time (one system call instead of one per acquire). Tokens
-are handed out with deque.popleft, which is atomic: no two threads ever get the same one. A forked
-child forgets the tokens read before the fork, so that it never hands out one its parent may hand
-out too.
+The OS CSPRNG is read for 64 tokens at a time (one system call instead of one per acquire), and
+no two threads ever get the same bytes:
+
+- compiled (tokens.pxd), new_token takes the next 20 bytes of the batch by moving a C index, and
+  writes them in hex, with no Python code in between (the GIL is held throughout): about 150
+  instructions a token;
+- uncompiled, the batch's 64 tokens are made at once and handed out with deque.popleft, which is
+  atomic.
+
+A forked child forgets the batch read before the fork (forget_batch), so that it never hands out a
+token its parent may hand out too.
 """
 
 from __future__ import annotations
@@ -22,35 +29,47 @@ except ImportError:  # uncompiled, without Cython installed: only `compiled` is 
     cython = SimpleNamespace(compiled=False)
 
 _BATCH = 64
+_TOKEN_BYTES = TOKEN_BYTES  # (a C constant once compiled: see tokens.pxd)
+_BATCH_BYTES = TOKEN_BYTES * _BATCH
 
+# compiled: the batch's random bytes, and where the next token's start
+_random = b""
+_next = _BATCH_BYTES
+# uncompiled: the batch's tokens
 _ready: deque[bytes] = deque()
 _take = _ready.popleft
 
 
 def new_token() -> bytes:
     """A fresh token (40 hex characters, as bytes)."""
+    global _random, _next
+    if cython.compiled:
+        at = _next
+        if at >= _BATCH_BYTES:
+            # (os.urandom may let other threads run: they take from the old batch, or read one
+            # of their own; either way each token's bytes are handed out once)
+            fresh = os.urandom(_BATCH_BYTES)
+            _random = fresh
+            at = 0
+        _next = at + _TOKEN_BYTES
+        return hex_token(_random, at, _TOKEN_BYTES)  # type: ignore[name-defined, no-any-return]  # noqa: F821
     while True:
         try:
             return _take()
         except IndexError:
-            _refill()
+            # One hex string with a space after each token's 40 characters, split: the batch's
+            # tokens in three calls into C (slicing it token by token in Python costs some 900
+            # instructions a token).
+            _ready.extend(hexlify(os.urandom(_BATCH_BYTES), b" ", TOKEN_BYTES).split())
 
 
-def _refill() -> None:
-    random = os.urandom(TOKEN_BYTES * _BATCH)
-    if cython.compiled:
-        # Each token written in hex in C (tokens.pxd's hex_token): about 200 instructions a
-        # token, where hexlify and split() below cost some 800.
-        made = []
-        for at in range(0, len(random), TOKEN_BYTES):
-            made.append(hex_token(random, at, TOKEN_BYTES))  # type: ignore[name-defined]  # noqa: F821
-        _ready.extend(made)
-    else:
-        # One hex string with a space after each token's 40 characters, split: the batch's tokens
-        # in three calls into C (slicing it token by token in Python costs some 900 instructions
-        # a token).
-        _ready.extend(hexlify(random, b" ", TOKEN_BYTES).split())
+def forget_batch() -> None:
+    """Drops what is left of the batch: the next token comes from a fresh read of the OS CSPRNG
+    (run in a forked child)."""
+    global _next
+    _next = _BATCH_BYTES
+    _ready.clear()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_ready.clear)
+    os.register_at_fork(after_in_child=forget_batch)
