@@ -206,6 +206,7 @@ class BuildExt(build_ext):
 
     def finalize_options(self) -> None:
         super().finalize_options()
+        self._hiredis_includes: list[str] = []  # (set by _prepare, from hiredis' flags)
         if not self.parallel:  # (unless -j says otherwise: one compiler per CPU)
             self.parallel = True
 
@@ -221,15 +222,21 @@ class BuildExt(build_ext):
         self._write_manifest([ext.name for ext in compiled])
 
     def _translate_compiled(self, extensions: list[Extension]) -> list[Extension]:
-        """The modules compiled from their .py (and .pxd), translated into the build directory."""
+        """The modules compiled from their .py (and .pxd), translated into the build directory.
+        They are compiled with the native engine's headers (_native/'s own, and hiredis'): a
+        module that cimports its types (blocking.pxd, to call its methods in C), or cimports one
+        that does, includes them."""
         cythonize = _cythonize_function()
         for ext in extensions:
             ext.sources = [_module_source(ext.name)]
+            ext.include_dirs[:0] = [os.path.dirname(PYX_SOURCE), *self._hiredis_includes]
         try:
             translated = cythonize(
                 extensions,
                 build_dir=os.path.join(self.build_temp, "cython"),
-                include_path=[PXD_ROOT],  # (a .pxd cimports another by its module's name)
+                # (a .pxd cimports another by its module's name; the engine's .pxd cimports
+                # _native/libhiredis.pxd)
+                include_path=[PXD_ROOT, os.path.dirname(PYX_SOURCE)],
                 compiler_directives=COMPILED_DIRECTIVES,
                 quiet=True,
             )
@@ -275,6 +282,7 @@ class BuildExt(build_ext):
         flags, self._hiredis_source = (
             _hiredis_from_prefix(os.path.abspath(prefix)) if prefix else _hiredis_from_pkg_config()
         )
+        self._hiredis_includes = list(flags.get("include_dirs", []))
         cythonize = _cythonize_function()
         for ext in extensions:
             # setuptools rewrites .pyx to .c when Cython was missing at import: use the source.

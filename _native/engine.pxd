@@ -58,10 +58,10 @@ cdef extern from "hl_replies.h" nogil:
 cdef extern from *:
     """
     #ifdef _WIN32
-    static void hl_close_socket(hl_socket fd) { closesocket(fd); }
+    static inline void hl_close_socket(hl_socket fd) { closesocket(fd); }
     #else
     #include <unistd.h>
-    static void hl_close_socket(int fd) { close(fd); }
+    static inline void hl_close_socket(int fd) { close(fd); }
     #endif
     """
     void close_socket "hl_close_socket" (hl_socket fd) nogil
@@ -305,6 +305,8 @@ cdef class NativeEngine:
     cdef void _close_all(self) noexcept
     cdef tuple _script(self, bytes sha, bytes source, int numkeys)
     cpdef bint owes_replies(self)
+    # (called in C by the blocking client's run_one: hiredlock/_engines/blocking.pxd)
+    cpdef run(self, request)
     # engine.pyx: a SetNx or RunScript request's round (round.pxi's _round runs it)
     cdef object set_nx(self, keys, tokens, long long ttl_ms, double timeout_ms)
     cdef object run_script(self, bytes sha, bytes source, int numkeys, argvs, double timeout_ms,
@@ -414,5 +416,5 @@ cdef int _ask_router(NativeEngine self, int i, const char *text, bint *asking) n
 
 # round_events.pxi: NativeRound (above), the round fed by an event loop (hiredlock/aio/_rounds.py)
 # steps.pxi: run_steps, the blocking driver of the step generators (_engines/blocking.py's run),
-# and run_one, one request's round (_engines/blocking.py's run_one)
+# and _run_request, one request's round in it (as _engines/blocking.py's run_one)
 cdef object _run_request(object checkout, object checkin, object request, list pin)

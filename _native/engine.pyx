@@ -437,7 +437,7 @@ cdef class NativeEngine:
             self.scripts[sha] = known
         return known
 
-    def run(self, request):
+    cpdef run(self, request):
         """Runs a round request (SetNx, RunScript or Cleanup: see hiredlock._core.requests) and
         returns its results."""
         if not isinstance(request, tuple):

@@ -3,6 +3,14 @@
 #ifndef HIREDLOCK_PLATFORM_H
 #define HIREDLOCK_PLATFORM_H
 
+/* Every module compiled against the engine's .pxd includes this header (to know its types),
+ * most of them without calling these functions: no warning for those left unused there. */
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#endif
+
 #include <limits.h>
 #include <stdint.h>
 #include <string.h>
@@ -203,5 +211,9 @@ static int hl_is_reset(int error) { return error == ECONNRESET || error == EPIPE
 typedef int hl_socket;
 #endif
 #define hl_context_fd(ctx) ((hl_socket)(ctx)->fd)
+
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
 
 #endif

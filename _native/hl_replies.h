@@ -20,6 +20,12 @@
 #ifndef HL_REPLIES_H
 #define HL_REPLIES_H
 
+#if defined(__GNUC__)  /* (see hl_platform.h) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#endif
+
 #include <string.h>
 #include <hiredis/hiredis.h>
 
@@ -138,5 +144,9 @@ static inline void hl_use_scratch(redisReader *reader, hl_scratch *scratch) {
     reader->fn = &hl_reply_functions;
     reader->privdata = scratch;
 }
+
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
 
 #endif

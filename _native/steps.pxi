@@ -41,7 +41,7 @@ def set_request_types(set_nx, run_script, cleanup, pause, pause_function):
 
 cdef object _run_request(object checkout, object checkin, object request, list pin):
     """One request's round on an engine from the pool (or its pause): the reply. See
-    hiredlock._engines.blocking.run_one_python (pin included)."""
+    hiredlock._engines.blocking.run_one (pin included)."""
     cdef object kind = type(request)
     cdef object engine, reply
     cdef tuple args
@@ -83,18 +83,12 @@ cdef object _run_request(object checkout, object checkin, object request, list p
     return reply
 
 
-def run_one(checkout, checkin, request, list pin=None):
-    """Runs one request, blocking, on an engine from a pool (its checkout and checkin) and
-    returns its reply; see hiredlock._engines.blocking.run_one_python (pin included). The
-    direct form of a lock's steps (hiredlock/_sync/blocking_steps.py) calls it for each of
-    their rounds."""
-    return _run_request(checkout, checkin, request, pin)
-
-
-def run_steps(checkout, checkin, steps, list pin=None):
-    """Drives a step generator to its end, blocking, on engines from a pool (its checkout and
-    checkin); see hiredlock._engines.blocking.run_python (pin included). A native engine's
-    rounds are called in C, without a Python call in between."""
+def run_steps(pool, steps, list pin=None):
+    """Drives a step generator to its end, blocking, on engines from a pool; see
+    hiredlock._engines.blocking.run_python (pin included). A native engine's rounds are called
+    in C, without a Python call in between."""
+    # (bound once per call: each round checks an engine out and back in)
+    cdef object checkout = pool.checkout, checkin = pool.checkin
     cdef PyObject *sent = NULL
     cdef int status = PyIter_Send(steps, None, &sent)
     cdef object request, reply

@@ -108,7 +108,7 @@ def run_round(lock: LockBase, request: Any) -> Any:
     runs each request a step generator yields (hiredlock._engines.blocking.run_one: the round
     on an engine from the pool, the lock's engine pinned while it owes replies; a pause)."""
     rounds = lock._rounds
-    return run_one(rounds.checkout, rounds.checkin, request, lock._pin)
+    return run_one(rounds.pool, request, lock._pin)
 '''
 
 RUNS_LOCKBASE = '''
@@ -303,7 +303,7 @@ def generate_pxd(source_pxd: str, source: str) -> str:
             cimports.append("\n".join(block))
         i += 1
     cimports.append(f"from {SOURCE_MODULE} cimport {CLASS}")
-    cimports.append("from hiredlock._engines.blocking cimport BlockingRounds")
+    cimports.append("from hiredlock._engines.blocking cimport BlockingRounds, run_one")
     cimports.append("cimport cython")
     methods = methods_of(ast.parse(source, str(SOURCE)))
     functions = []

@@ -52,15 +52,8 @@ def set_request_types(
     pause: type,
     pause_function: Callable[[Pause], None],
 ) -> None: ...
-def run_one(
-    checkout: Callable[..., Any],
-    checkin: Callable[[Any], None],
-    request: Request,
-    pin: Optional[list[Any]] = None,
-) -> Any: ...
 def run_steps(
-    checkout: Callable[..., Any],
-    checkin: Callable[[Any], None],
+    pool: Any,
     steps: Generator[Request, Any, Any],
     pin: Optional[list[Any]] = None,
 ) -> Any: ...

@@ -1,9 +1,9 @@
 """Both blocking drivers of the algorithm's steps (the C loop in hiredlock._native and
-_blocking.run_python, the fallback where the extension does not load), and both runners of one
-request (_native.run_one and _blocking.run_one_python: the direct form of a Lock's acquire and
-release calls it for each round), do the same thing, on real servers: rounds, pauses between
-attempts, return values, and an exception raised during a round thrown into the steps (or raised
-where the direct form asked for the round) so that their unlock goes out before it propagates."""
+_blocking.run_python, the fallback where the extension does not load) do the same thing, on real
+servers: rounds, pauses between attempts, return values, and an exception raised during a round
+thrown into the steps (or raised where the direct form of a Lock's acquire and release asked for
+the round: its rounds go through _blocking.run_one, which run_python uses too) so that their
+unlock goes out before it propagates."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from support import assert_no_key, assert_values, debug_sleep, set_foreign, urls
 
 import hiredlock
 from hiredlock._engines import blocking as _blocking
-from hiredlock._sync import blocking_steps as _blocking_steps
 
 DRIVERS = ["c", "python"]
 
@@ -26,15 +25,12 @@ def driver(request, monkeypatch):
             pytest.skip("the C driver is part of the native extension, which is not built")
         from hiredlock import _native
 
-        run, run_one = _native.run_steps, _native.run_one
+        run = _native.run_steps
         assert _blocking.run is run, "the C driver must be the default where the extension loads"
-        assert _blocking_steps.run_one is run_one, "and so must the C runner of one request"
     else:
-        run, run_one = _blocking.run_python, _blocking.run_one_python
-    # (the blocking rounds, hiredlock._engines.blocking.BlockingRounds, drive steps with `run`;
-    # the direct form of the steps runs each request with `run_one`)
+        run = _blocking.run_python
+    # (the blocking rounds, hiredlock._engines.blocking.BlockingRounds, drive steps with `run`)
     monkeypatch.setattr(_blocking, "run", run)
-    monkeypatch.setattr(_blocking_steps, "run_one", run_one)
     return run
 
 

@@ -148,12 +148,7 @@ class LockBase(LockState):
                     session.check_open()
                 # (the notices heard before this attempt: one that comes before the pause begins
                 # ends the pause at once)
-                if notices is None:
-                    seen = 0
-                elif type(channel) is bytes:  # (one name's channel: heard_on without a call)
-                    seen = notices.heard.get(channel, 0)
-                else:
-                    seen = heard_on(notices.heard, channel)
+                seen = 0 if notices is None else heard_on(notices.heard, channel)
                 token = new_token()
                 if suffix:
                     token += suffix

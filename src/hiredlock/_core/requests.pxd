@@ -1,5 +1,7 @@
-# new_request as a C function, when Cython compiles requests.py (see hiredlock/_compiled.py):
-# lock_state.pxd cimports it, so that the requests of every lock cycle are made in C.
+# new_request and heard_on as C functions, when Cython compiles requests.py (see
+# hiredlock/_compiled.py): lock_state.pxd cimports new_request, so that the requests of every lock
+# cycle are made in C, and lock_steps.pxd heard_on, read before every attempt of a lock that
+# release notices wake.
 
 # A tuple subtype's instance from a tuple of its items: what tuple.__new__(kind, fields) makes,
 # without the call through its Python signature and the copy of `fields`.
@@ -20,3 +22,5 @@ cdef extern from *:
     object request_of "hl_request_of" (type kind, tuple fields)
 
 cpdef new_request(type kind, tuple fields)
+
+cpdef heard_on(dict heard, channel)

@@ -149,7 +149,10 @@ def heard_on(heard: dict[bytes, int], channel: bytes | tuple[bytes, ...] | None)
     channels together): a waiter reads it before its attempt, and its wait ends at once when the
     count has moved since (a notice came in between)."""
     if isinstance(channel, tuple):
-        return sum(heard.get(one, 0) for one in channel)
+        count = 0
+        for one in channel:
+            count += heard.get(one, 0)
+        return count
     return 0 if channel is None else heard.get(channel, 0)
 
 

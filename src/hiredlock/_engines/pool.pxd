@@ -1,5 +1,6 @@
 # EnginePool as an extension type, when Cython compiles pool.py (see hiredlock/_compiled.py): its
-# checkout() and checkin() run around every round, and read its fields and its session's in C.
+# checkout() and checkin() run around every round, read its fields and its session's in C, and are
+# C calls from the blocking client's run_one (blocking.pxd).
 # The fields are EnginePool.__slots__ (tests/test_compiled.py checks that both say the same).
 
 from hiredlock._core.session cimport Session
@@ -19,5 +20,7 @@ cdef class EnginePool:
     cdef public object _stale
     cdef public object _waiting
 
+    cpdef checkout(self, prefer=*, double wait_ms=*)
+    cpdef checkin(self, engine)
     # (on the path of every round of a lock whose last round left replies behind: a C call)
     cpdef bint _take(self, object engine, double wait_ms) except -1
