@@ -34,7 +34,8 @@ def pxd_fields(pxd: Path) -> dict[str, set[str]]:
         if match := re.match(r"cdef class (\w+)", line):
             current = classes.setdefault(match.group(1), set())
         elif current is not None and (
-            match := re.match(r"    cdef (?:public )?[\w.]+ (\w+)\s*(#.*)?$", line)
+            # (a type of one word or more: object, a class, long long)
+            match := re.match(r"    cdef (?:public )?(?:[\w.]+ )+(\w+)\s*(#.*)?$", line)
         ):
             current.add(match.group(1))
     return classes

@@ -65,10 +65,26 @@ def test_new_request_is_the_named_tuple_of_its_fields(fields):
     assert made._fields == kind._fields
 
 
+def test_the_makers_of_the_cycle_requests_give_the_named_tuple_of_their_fields():
+    set_nx = requests.new_set_nx((b"k",), (b"t",), 30000, 150.0)
+    assert type(set_nx) is requests.SetNx
+    assert set_nx == requests.SetNx((b"k",), (b"t",), 30000, 150.0)
+    assert set_nx.timeout_ms == 150.0
+    fields = (b"sha", b"src", 1, ((b"k", b"t", b"c"),), 150.0, True, False, True, False)
+    run_script = requests.new_run_script(*fields)
+    assert type(run_script) is requests.RunScript
+    assert run_script == requests.RunScript(*fields)
+    assert (run_script.wait_all, run_script.honour_backoff, run_script.acquires) == (
+        True,
+        True,
+        False,
+    )
+
+
 def test_valid_until_truncates_the_ttl_less_drift_toward_zero():
     assert judgement.valid_until_ns(10, 30000, 302.0) == 10 + 29_698_000_000
-    assert judgement.valid_until_ns(0, 1.0000015, 0.0) == 1_000_001  # (1,000,001.5 truncated)
-    assert judgement.valid_until_ns(5, 1.0, 3.0000015) == 5 - 2_000_001  # (toward zero)
+    assert judgement.valid_until_ns(0, 1, -0.0000015) == 1_000_001  # (1,000,001.5 truncated)
+    assert judgement.valid_until_ns(5, 1, 3.0000015) == 5 - 2_000_001  # (toward zero)
 
 
 def test_the_monotonic_clock_is_the_time_modules_until_another_is_put_in():

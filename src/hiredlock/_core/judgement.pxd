@@ -13,7 +13,8 @@ cpdef bint says_more(bytes codes, bytes quiet) except -1
 # (in C numbers: a ttl is at most MAX_TTL_MS, so the sum stays far inside a long long, and int()
 # of the double truncates toward zero as the C cast does)
 @cython.locals(span=cython.longlong)
-cpdef long long valid_until_ns(long long start_ns, double ttl_ms, double drift)
+cpdef long long valid_until_ns(long long start_ns, long long ttl_ms, double drift)
 
 
-cpdef bint won(bytes codes, long long elapsed_ns, double ttl_ms, double drift, Py_ssize_t n_quorum)
+cpdef bint won(
+    bytes codes, long long elapsed_ns, long long ttl_ms, double drift, Py_ssize_t n_quorum)

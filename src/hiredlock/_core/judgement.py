@@ -39,7 +39,7 @@ def validity_ms(ttl_ms: float, elapsed_ms: float, drift_factor: float) -> float:
     return ttl_ms - elapsed_ms - drift_ms(ttl_ms, drift_factor)
 
 
-def valid_until_ns(start_ns: int, ttl_ms: float, drift: float) -> int:
+def valid_until_ns(start_ns: int, ttl_ms: int, drift: float) -> int:
     """When a lock that a round begun at start_ns (monotonic ns) took or extended for ttl_ms stops
     being valid: the ttl less the drift, counted from the round's start."""
     span = int((ttl_ms - drift) * 1_000_000)  # (compiled, a C long long: judgement.pxd)
@@ -73,7 +73,7 @@ def says_more(codes: bytes, quiet: bytes) -> bool:
     return False
 
 
-def won(codes: bytes, elapsed_ns: int, ttl_ms: float, drift: float, n_quorum: int) -> bool:
+def won(codes: bytes, elapsed_ns: int, ttl_ms: int, drift: float, n_quorum: int) -> bool:
     """A quorum said OK, and time is left: ttl - elapsed - drift > 0 (acquire and extend alike,
     elapsed counted from the start of the round the validity is measured from)."""
     return oks(codes) >= n_quorum and ttl_ms - elapsed_ns / 1e6 - drift > 0
@@ -83,7 +83,7 @@ def first_free_taken(
     codes: bytes,
     positions: Sequence[int],
     elapsed_ns: int,
-    ttl_ms: float,
+    ttl_ms: int,
     drift: float,
     n_quorum: int,
 ) -> tuple[int, bytes]:

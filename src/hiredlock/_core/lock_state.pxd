@@ -6,6 +6,7 @@
 #
 # Python subclasses (Lock, AsyncLock, the other kinds) may override any method, cpdef ones too.
 
+cimport cython
 from hiredlock._core.clock cimport monotonic_ns as _monotonic_ns
 from hiredlock._core.judgement cimport (
     oks as _oks,
@@ -14,7 +15,7 @@ from hiredlock._core.judgement cimport (
     won as _round_won,
 )
 from hiredlock._core.local_gate cimport LocalGate
-from hiredlock._core.requests cimport new_request
+from hiredlock._core.requests cimport new_run_script, new_set_nx
 from hiredlock._core.session cimport Session
 from hiredlock._core.state_mutex cimport StateMutex
 
@@ -22,8 +23,8 @@ from hiredlock._core.state_mutex cimport StateMutex
 cdef class LockState:
     # weak references to lock objects: the session's registry of held locks, a turn's holder
     cdef object __weakref__
-    cdef public object _acquired_at_ns
-    cdef public object _acquisition
+    cdef public long long _acquired_at_ns  # (the monotonic ns fields: no int object each time)
+    cdef public long long _acquisition
     cdef public object _adopted
     cdef public object _announce
     cdef public object _auto_renew
@@ -39,7 +40,7 @@ cdef class LockState:
     cdef public object _last_codes
     cdef public object _last_votes
     cdef public object _layout
-    cdef public object _lost
+    cdef public bint _lost
     cdef public object _lost_event
     cdef public object _max_extensions
     cdef public object _max_hold_ns
@@ -51,7 +52,7 @@ cdef class LockState:
     cdef public object _pin
     cdef public object _registry_ref
     cdef public object _released_by_close
-    cdef public object _released_ns
+    cdef public long long _released_ns
     cdef public object _renewed
     cdef public object _rounds
     cdef public Session _session  # (read on every round's path: its quorum, held, closed)
@@ -62,13 +63,16 @@ cdef class LockState:
     cdef public object _trying
     cdef public object _ttl_ms
     cdef public object _unlocked_token
-    cdef public object _valid_until_ns
+    cdef public long long _valid_until_ns
     cdef public object _won
 
     cpdef _new_gate(self, mutex=*)
     cpdef _try_gate(self)
     cpdef _refusal(self, result, elapsed_ns)
-    cpdef _took(self, token, start, fence, won, began=*, refused=*)
     cpdef _let_go(self)
     cpdef _acquire_request(self, token)
     cpdef _release_request(self, token)
+
+    # (the acquisition number in a C integer, as the field)
+    @cython.locals(acquisition=cython.longlong)
+    cpdef _took(self, token, start, fence, won, began=*, refused=*)

@@ -29,7 +29,7 @@ from .judgement import says_more as _says_more
 from .judgement import valid_until_ns as _valid_until_ns
 from .judgement import won as _round_won
 from .observe import LockStats
-from .requests import Request, RunScript, SetNx, new_request, script
+from .requests import Request, RunScript, new_run_script, new_set_nx, script
 from .state_mutex import StateMutex
 from .validation import Duration
 
@@ -198,13 +198,14 @@ class LockState:
 
     def _acquire_request(self, token: bytes) -> Request:
         # (made from its fields in C: half of every lock cycle)
-        return new_request(SetNx, ((self._key,), (token,), self._ttl_ms, self._timeout_ms))
+        return new_set_nx((self._key,), (token,), self._ttl_ms, self._timeout_ms)
 
     def _release_request(self, token: bytes) -> Request:
-        # (script(_RELEASE, ...) spelled out: this is half of every lock cycle)
-        argvs, timeout_ms = ((self._key, token, self._announce),), self._timeout_ms
-        fields = (_RELEASE_SHA, _RELEASE_SOURCE, 1, argvs, timeout_ms, True, False, False, False)
-        return new_request(RunScript, fields)
+        # (script(_RELEASE, ...) spelled out, made from its fields in C: half of every lock cycle)
+        argvs = ((self._key, token, self._announce),)
+        return new_run_script(
+            _RELEASE_SHA, _RELEASE_SOURCE, 1, argvs, self._timeout_ms, True, False, False, False
+        )
 
     def _unlock_request(self, token: bytes, kind: type, expiry: bool = False) -> Request:
         """The unlock after an attempt that failed (kind RunScript: best effort, see the engine
@@ -465,7 +466,7 @@ class LockState:
             if session.closed:
                 return False
             # (the last acquisition's owner and round are dropped once the mutex is free)
-            dropped = self._owner, self._won
+            old_owner, old_won = self._owner, self._won
             with self._mutex.lock:
                 self._token = token
                 self._lost = False
@@ -480,7 +481,7 @@ class LockState:
                 # (the winning round; with the call's wait and attempts when some were refused)
                 self._won = (won, began, refused) if refused else won
             session.held.add(ref)
-        del dropped
+        del old_owner, old_won
         if self._lost_event is not None:
             self._lost_event.clear()
         if self._last_votes:  # (set with _last_codes by a refused attempt, or by a failed round)

@@ -112,6 +112,49 @@ def new_request(kind: type, fields: tuple[Any, ...]) -> Request:
     return made
 
 
+def new_set_nx(
+    keys: Sequence[bytes], tokens: Sequence[bytes], ttl_ms: int, timeout_ms: float
+) -> SetNx:
+    """SetNx(keys, tokens, ttl_ms, timeout_ms), made as new_request makes it, from the fields
+    themselves (compiled, no tuple of them is made first: an acquire's every attempt)."""
+    if cython.compiled:
+        made: SetNx = set_nx_of(SetNx, keys, tokens, ttl_ms, timeout_ms)  # type: ignore[name-defined]  # noqa: F821
+    else:
+        made = tuple.__new__(SetNx, (keys, tokens, ttl_ms, timeout_ms))
+    return made
+
+
+def new_run_script(
+    sha: bytes,
+    source: bytes,
+    numkeys: int,
+    argvs: Sequence[tuple[bytes, ...]],
+    timeout_ms: float,
+    wait_all: bool,
+    want_values: bool,
+    honour_backoff: bool,
+    acquires: bool,
+) -> RunScript:
+    """RunScript(...) of all its fields, made as new_set_nx makes a SetNx (a release's round)."""
+    if cython.compiled:
+        made: RunScript = run_script_of(  # type: ignore[name-defined]  # noqa: F821
+            RunScript,
+            sha,
+            source,
+            numkeys,
+            argvs,
+            timeout_ms,
+            wait_all,
+            want_values,
+            honour_backoff,
+            acquires,
+        )
+    else:
+        fields = (sha, source, numkeys, argvs, timeout_ms, wait_all, want_values)
+        made = tuple.__new__(RunScript, (*fields, honour_backoff, acquires))
+    return made
+
+
 def script(
     script: Script,
     numkeys: int,
