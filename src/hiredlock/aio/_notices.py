@@ -44,6 +44,20 @@ class LoopNotices:
     """wait() returns True on a notice for the channel, False at the timeout. The subscribers
     belong to the loop of the first wait (an AsyncRedlock is used in one loop)."""
 
+    # (`heard` is read before every attempt of a lock woken by notices: see ThreadNotices)
+    __slots__ = (
+        "_board",
+        "_ended_early",
+        "_loop",
+        "_seq",
+        "_session",
+        "_timeouts",
+        "_timer",
+        "_timer_due",
+        "_watched",
+        "heard",
+    )
+
     def __init__(self, session: Session) -> None:
         # (closed is the session's to say: set before close() is called)
         self._session = session
