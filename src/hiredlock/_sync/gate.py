@@ -23,7 +23,25 @@ from typing import Optional
 from .._core.local_gate import LocalGate
 from .._core.state_mutex import StateMutex
 
+try:
+    import cython  # type: ignore[import-untyped]
+except ImportError:  # uncompiled, without Cython installed: only `compiled` is read
+    from types import SimpleNamespace
+
+    cython = SimpleNamespace(compiled=False)
+
 _get_ident = threading.get_ident
+
+
+def _me() -> int:
+    """The calling thread's ident (threading.get_ident's: never 0). Compiled, read in C (gate.pxd's
+    thread_ident) into a C integer, where get_ident would be a Python call and an int object."""
+    if cython.compiled:
+        me: int = thread_ident()  # type: ignore[name-defined]  # noqa: F821
+    else:
+        me = _get_ident()
+    return me
+
 
 # A waiter looks at the gate again at least this often, however it was (not) woken.
 WAIT_SLICE_S = 0.05
@@ -37,7 +55,7 @@ class ThreadGate(LocalGate):
     def __init__(self, mutex: Optional[StateMutex] = None) -> None:
         # (a lock object's gate shares its state's mutex: see LockState._new_gate)
         self._mutex = StateMutex() if mutex is None else mutex
-        self._holder: Optional[int] = None  # the holding thread's ident
+        self._holder = 0  # the holding thread's ident (0: free)
         # Made by the first waiter (most gates never have one: a lock object made per use):
         # the waiting threads' idents, and a lock released (a token) when the gate is left with
         # waiters
@@ -45,7 +63,7 @@ class ThreadGate(LocalGate):
         self._wake: Optional[threading.Lock] = None
 
     def is_held(self) -> bool:
-        return self._holder is not None
+        return self._holder != 0
 
     @property
     def waiting(self) -> bool:
@@ -54,13 +72,13 @@ class ThreadGate(LocalGate):
 
     def mine(self) -> bool:
         """Whether the calling thread holds the gate."""
-        return self._holder == _get_ident()
+        return self._holder == _me()
 
     def try_enter(self) -> bool:
         """Takes the gate if it is free (False when held, by this thread too)."""
-        me = _get_ident()
+        me = _me()
         with self._mutex.lock:
-            if self._holder is not None:
+            if self._holder != 0:
                 return False
             self._holder = me
         return True
@@ -68,14 +86,14 @@ class ThreadGate(LocalGate):
     def _take(self, me: int) -> bool:
         """Takes the gate for `me` if it is free; whether `me` holds it."""
         with self._mutex.lock:
-            if self._holder is None:
+            if self._holder == 0:
                 self._holder = me
             return self._holder == me
 
     def enter(self, deadline_ns: Optional[int]) -> bool:
         """Waits for the gate until the deadline (monotonic ns; None: for ever); False when it
         stayed held."""
-        me = _get_ident()
+        me = _me()
         waiters, wake = self._waiting_room()
         waiters.add(me)
         try:
@@ -107,7 +125,7 @@ class ThreadGate(LocalGate):
 
     def leave(self) -> None:
         with self._mutex.lock:
-            self._holder = None
+            self._holder = 0
         if self._waiters and self._wake is not None:
             with contextlib.suppress(RuntimeError):  # (a token is there already)
                 self._wake.release()
