@@ -130,7 +130,8 @@ class Ledger:
         it cannot give the key to another before it restarts, after the longest ttl)."""
         if lock._kind == "ReadLock":
             score = master.store.execute([b"ZSCORE", lock._key, token], master.clock_ms())
-            return score is not None and float(score) > master.clock_ms()
+            # (nil: not there; a reply error, WRONGTYPE: the key holds something else)
+            return isinstance(score, bytes) and float(score) > master.clock_ms()
         return master.store.execute([b"GET", lock._key], master.clock_ms()) == token
 
     # -- rounds --------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from hiredlock import _compiled  # noqa: E402
 from sim import campaign, variants  # noqa: E402
 from sim.checks import Violation  # noqa: E402
 
@@ -41,6 +42,11 @@ def test_invariants_hold_over_the_ci_lifetimes() -> None:
 BOUND = 4_000
 
 
+@pytest.mark.skipif(
+    bool(_compiled.compiled_modules()),
+    reason="the broken variants patch the algorithm's .py methods, which its compiled modules "
+    "call in C past the patch (CI runs the simulation uncompiled)",
+)
 @pytest.mark.parametrize("variant", sorted(variants.VARIANTS))
 def test_a_broken_variant_is_caught(variant: str) -> None:
     with variants.applied(variant), pytest.raises(Violation) as caught:
