@@ -41,6 +41,7 @@ from support import (
     check_quorum_mask,
     open_connections,
     set_foreign,
+    wait_until,
 )
 
 from hiredlock import Outcome, QuorumUnreachable
@@ -942,11 +943,19 @@ def test_tls_failure_votes_hide_the_secret(engine, make_redlock, redis_factory, 
     with pytest.raises(QuorumUnreachable) as caught:
         rl.lock("n", 5).acquire(blocking=False)
     votes = caught.value.votes
-    states = rl.inspect("n")
     texts = [str(caught.value), repr(caught.value), *map(str, votes), *map(repr, votes)]
-    texts.append(repr(states))
     for text in texts:
         assert_hidden(text)
     # two failures decide: at least one of them is a handshake's
     assert any(tls_detail(v).startswith("TLS") for v in votes), votes
-    assert [tls_detail(s).startswith("TLS") for s in states] == [True, True, False], states
+
+    def both_handshakes_failed():
+        # A handshake still under way when the other masters have answered is not waited for
+        # (SKIPPED, no detail): on a loaded machine the acquire's round can end before the
+        # second handshake fails, and the next inspect() round too. Each round's states are
+        # checked for the password.
+        states = rl.inspect("n")
+        assert_hidden(repr(states))
+        return [tls_detail(s).startswith("TLS") for s in states] == [True, True, False]
+
+    wait_until(both_handshakes_failed, 5, "inspect() to show both handshakes' failures")
