@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import copy
 import hashlib
+import re
 import sys
 from pathlib import Path
 
@@ -87,14 +88,23 @@ if _os.path.exists(_SOURCE):
 CHECK = '''
 
 _{check}_kinds: dict[type, bool] = {{}}
+# The last class asked about and its answer, in one tuple (read whole, so a thread never pairs
+# one class with another's answer): a process's locks are nearly always of one class, and a
+# comparison costs less than the dict's look-up, twice on every acquire and release.
+_{check}_last: tuple[type, bool] = (type, False)
 
 
 def {check}(kind: type) -> bool:
     """Whether lock class `kind` runs LockBase's own {methods}: if so,
     {entry_direct}(lock) does what the driver does with lock.{entry}()."""
+    global _{check}_last
+    last = _{check}_last
+    if last[0] is kind:
+        return last[1]
     known = _{check}_kinds.get(kind)
     if known is None:
         known = _{check}_kinds[kind] = runs_lockbase(kind, {names!r})
+    _{check}_last = (kind, known)
     return known
 '''
 
@@ -318,13 +328,17 @@ def generate_pxd(source_pxd: str, source: str) -> str:
         ]
         functions.append(f"cpdef {direct_name(name)}({', '.join(params)})")
     for check in ENTRIES.values():
-        functions += [f"cdef dict _{check}_kinds", f"cpdef {check}(kind)"]
+        functions += [
+            f"cdef dict _{check}_kinds",
+            f"cdef tuple _{check}_last",
+            f"\n\n@cython.locals(last=tuple)\ncpdef {check}(kind)\n\n",
+        ]
     # (the lock's rounds read as the blocking client's: its pool's checkout and checkin in C)
     run_round = (
         "@cython.locals(rounds=BlockingRounds)\n"
         "cdef object run_round(LockBase lock, object request)"
     )
-    return (
+    text = (
         PXD_HEADER
         + "\n".join(sorted(set(cimports)))
         + "\n\n\n"
@@ -333,6 +347,7 @@ def generate_pxd(source_pxd: str, source: str) -> str:
         + run_round
         + "\n"
     )
+    return re.sub("\n{4,}", "\n\n\n", text)  # (two blank lines at most, as pycodestyle wants)
 
 
 def write() -> bool:
