@@ -29,6 +29,7 @@ from features_support import (  # noqa: F401  (the leakcheck fixture)
 from support import assert_no_key, assert_values, braced, set_foreign, urls, wait_until
 
 from hiredlock import HiredlockError, LockLost, NotHeld, Redlock
+from hiredlock._core.session import HELD_PRUNED_PAST
 from hiredlock.aio import AsyncRedlock
 
 
@@ -246,8 +247,8 @@ def test_a_held_lock_its_caller_dropped_leaves_the_clients_registry(
     engine, masters5, key, monkeypatch
 ):
     """A lock object dropped while held is neither kept alive nor released by close() (its keys
-    expire with their ttl): its weak reference leaves the registry of held locks as the lock is
-    collected, with no error in the callback that removes it."""
+    expire with their ttl): its dead weak reference leaves the registry of held locks when the
+    registry is read, with nothing raised meanwhile."""
     unraisable: list = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
     servers = masters5[:3]
@@ -268,6 +269,30 @@ def test_a_held_lock_its_caller_dropped_leaves_the_clients_registry(
         server.admin().delete(key)
 
 
+def test_locks_dropped_while_held_do_not_grow_the_registry(engine, masters5, key):
+    """Lock objects dropped while held, one after another, leave dead references that the
+    registry takes out as it grows: it stays within its pruning bound, however many were
+    dropped, and the live ones stay in it."""
+    servers = masters5[:3]
+    rl = Redlock(urls(servers), backend=engine, master_timeout=MT)
+    kept = rl.lock(key + ":kept", 30)
+    assert kept.acquire(blocking=False)
+    dropped = 3 * HELD_PRUNED_PAST
+    try:
+        for i in range(dropped):
+            lock = rl.lock(f"{key}:{i}", 30)
+            assert lock.acquire(blocking=False)
+            del lock
+            assert len(rl.session.held) <= HELD_PRUNED_PAST + 1
+        assert [lock.key for lock in rl.session.held_locks()] == [kept.key]
+        assert len(rl.session.held) == 1
+    finally:
+        rl.close()
+        for server in servers:
+            server.admin().delete(*[f"{key}:{i}" for i in range(dropped)])
+    assert_no_key(servers, key + ":kept")
+
+
 def test_an_async_held_lock_its_caller_dropped_leaves_the_clients_registry(
     engine,
     masters5,
@@ -275,8 +300,8 @@ def test_an_async_held_lock_its_caller_dropped_leaves_the_clients_registry(
     monkeypatch,
     run_async,  # noqa: F811
 ):
-    """The same with hiredlock.aio: the dropped AsyncLock leaves the registry as it is
-    collected, and aclose() releases only the other."""
+    """The same with hiredlock.aio: the dropped AsyncLock leaves the registry when it is read,
+    and aclose() releases only the other."""
     unraisable: list = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
     servers = masters5[:3]

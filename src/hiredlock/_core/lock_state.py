@@ -482,6 +482,8 @@ class LockState:
                 self._won = (won, began, refused) if refused else won
             session.held.add(ref)
         del old_owner, old_won
+        if len(session.held) > session.held_bound:
+            session.prune_held()
         if self._lost_event is not None:
             self._lost_event.clear()
         if self._last_votes:  # (set with _last_codes by a refused attempt, or by a failed round)

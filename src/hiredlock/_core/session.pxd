@@ -24,6 +24,7 @@ cdef class Session:
     cdef public object fixed_timeout_ms
     cdef public object generation
     cdef public set held
+    cdef public Py_ssize_t held_bound
     cdef public object label
     cdef public object master_names
     cdef public object masters

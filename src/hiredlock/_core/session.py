@@ -40,6 +40,10 @@ if TYPE_CHECKING:
 # The most lock names whose keys a client keeps made (see name_keys)
 NAME_KEYS_CACHED = 256
 
+# The size of the registry of held locks past which a lock entering it first takes out the dead
+# references (see Session.prune_held)
+HELD_PRUNED_PAST = 64
+
 Timing = tuple[int, float, float]  # ttl in ms, per-master timeout in ms, drift in ms
 
 
@@ -51,6 +55,10 @@ class Session:
     that a held lock its caller dropped is neither kept alive nor renewed (its keys expire with
     their ttl). close() releases the others; inspect() recognises their tokens. Single set
     operations are atomic; a lock enters it under the state mutex (see LockState._took).
+
+    The references have no callback (a callback would run at the death of every lock object,
+    held or not): a lock dropped while held leaves a dead reference, which goes when the
+    registry is read (held_locks) or has grown past `held_bound` (prune_held).
     """
 
     __slots__ = (
@@ -68,6 +76,7 @@ class Session:
         "fixed_timeout_ms",
         "generation",
         "held",
+        "held_bound",
         "label",
         "master_names",
         "masters",
@@ -149,6 +158,7 @@ class Session:
         self.renewals: Any = None
         self.wake = True
         self.held: set[weakref.ref[Any]] = set()
+        self.held_bound = HELD_PRUNED_PAST  # (see prune_held)
         self.turns = Turns()  # the blocking acquires' turns at the masters, by name
         # The one record of the client's closing, which the rounds, the engine pool and the
         # notices read (they keep no flag of their own):
@@ -310,17 +320,26 @@ class Session:
 
     def registry_entry(self, lock: Any) -> weakref.ref[Any]:
         """The weak reference that stands for `lock` in `held` (each lock makes one, once)."""
-        # Called with the dead reference once the lock was dropped while held: its entry goes (a
-        # dead reference is equal to itself only, and keeps the hash it had).
-        forget = self.held.discard
         if cython.compiled:  # (session.pxd's cimport: the C call weakref.ref makes)
-            ref: weakref.ref[Any] = PyWeakref_NewRef(lock, forget)  # type: ignore[name-defined]  # noqa: F821
+            ref: weakref.ref[Any] = PyWeakref_NewRef(lock, None)  # type: ignore[name-defined]  # noqa: F821
         else:
-            ref = weakref.ref(lock, forget)
-        hash(ref)  # (computed while the lock lives: the dead reference is still found by it)
+            ref = weakref.ref(lock)
+        # (computed while the lock lives: once dead, the reference keeps this hash, is equal to
+        # itself only, and is still found and discarded by it)
+        hash(ref)
         return ref
 
+    def prune_held(self) -> None:
+        """Takes the dead references (locks dropped while held) out of `held`, and sets the size
+        past which the next lock entering it prunes again (LockState._took): twice what is left,
+        so that the walks cost a constant share of the entries."""
+        held = self.held
+        for ref in [ref for ref in list(held) if ref() is None]:
+            held.discard(ref)  # (one at a time: a concurrent discard is never undone)
+        self.held_bound = max(HELD_PRUNED_PAST, 2 * len(held))
+
     def held_locks(self) -> list[Any]:
+        self.prune_held()
         return [lock for ref in list(self.held) if (lock := ref()) is not None]
 
     def token_held_for(self, key: bytes) -> bytes:
