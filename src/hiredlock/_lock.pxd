@@ -6,6 +6,7 @@
 # after LockBase among its bases (an extension type's first base must be one).
 
 from hiredlock._core.lock_steps cimport LockBase, acquire_deadline
+from hiredlock._sync.gate cimport gate_on
 from hiredlock._sync.blocking_steps cimport (
     acquire_steps_direct,
     direct_acquire,

@@ -23,7 +23,7 @@ from ._sync.blocking_steps import (
     direct_release,
     release_steps_direct,
 )
-from ._sync.gate import ThreadGate
+from ._sync.gate import ThreadGate, gate_on
 
 __all__ = ["Lock", "WithStatement", "new_token"]
 
@@ -184,7 +184,7 @@ class Lock(LockBase, WithStatement):
         return threading.Event()
 
     def _new_gate(self, mutex: Optional[StateMutex] = None) -> ThreadGate:
-        return ThreadGate(mutex)
+        return ThreadGate() if mutex is None else gate_on(mutex)
 
     def _current_owner(self) -> threading.Thread:
         return threading.current_thread()

@@ -14,9 +14,15 @@ cdef class ThreadGate(LocalGate):
     cdef public set _waiters
     cdef public object _wake
 
+    cdef _init(self, StateMutex mutex)
+
     # (LocalGate's, with the thread's ident in a C integer)
     @cython.locals(me="unsigned long")
     cpdef bint try_enter(self) except -1
+
+
+@cython.locals(gate=ThreadGate)
+cpdef ThreadGate gate_on(StateMutex mutex)
 
 
 # The calling thread's ident, as threading.get_ident gives it (PyThread_get_thread_ident)
