@@ -42,7 +42,10 @@ ASYNC_LIBS = {
     "redis-py-aio-hiredis": (1,),
     "redis-py-aio": (1,),
     "pottery-aio": (1, 5),
+    "aio-floor": (1,),
 }
+# The floor has a socket per task (FloorTasks): not run with more tasks than this.
+FLOOR_MAX_TASKS = 100
 # Libraries run in the hiredis venv's worker: row name -> the library run there.
 REMOTE = {"redis-py-aio-hiredis": "redis-py-aio", "redis-py-hiredis": "redis-py"}
 
