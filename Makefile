@@ -54,7 +54,7 @@ lint: install
 	$(VENV)/bin/ruff check src tests tools sim bench examples setup.py
 	$(VENV)/bin/ruff format --check src tests tools sim bench examples setup.py
 	# cython-lint runs pycodestyle as a command: the venv's, found on PATH
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/cython-lint _native $(wildcard src/hiredlock/*/*.pxd)
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/cython-lint _native $(wildcard src/hiredlock/*.pxd src/hiredlock/*/*.pxd)
 	# mypy --strict over src/ ([tool.mypy] in pyproject.toml)
 	$(VENV)/bin/mypy
 

@@ -26,12 +26,13 @@ from importlib.machinery import EXTENSION_SUFFIXES
 
 # The hot path of a lock's acquire and release (Lock's methods, a lock's state and steps, the
 # judgement of a round, the clock, the session, the state mutex, the engine pool and the blocking
-# client's rounds, the local gates, the tokens, the requests, the client whose lock() makes a lock
-# object per use, the direct form of the steps for a blocking client), and asyncio's (AsyncLock's
-# methods, its local gate, the rounds that batch tasks' requests, the driver of the loop
-# callbacks, its client).
+# client's rounds, the local gates, the tokens, the requests, a name's keys, the client whose
+# lock() makes a lock object per use, the direct form of the steps for a blocking client), and
+# asyncio's (AsyncLock's methods, its local gate, the rounds that batch tasks' requests, the
+# driver of the loop callbacks, its client).
 COMPILED = (
     "hiredlock._core.clock",
+    "hiredlock._core.keys",
     "hiredlock._core.tokens",
     "hiredlock._core.requests",
     "hiredlock._core.judgement",

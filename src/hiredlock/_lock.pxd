@@ -5,6 +5,7 @@
 # Lock) and the like, carry LockBase's table of C methods); WithStatement, a Python class, comes
 # after LockBase among its bases (an extension type's first base must be one).
 
+cimport cython
 from hiredlock._core.lock_steps cimport LockBase, acquire_deadline
 from hiredlock._sync.gate cimport gate_on
 from hiredlock._sync.blocking_steps cimport (
@@ -17,3 +18,7 @@ from hiredlock._sync.blocking_steps cimport (
 
 cdef class Lock(LockBase):
     pass
+
+
+@cython.locals(lock=Lock)
+cpdef Lock new_lock(client, name, ttl)

@@ -20,7 +20,7 @@ from ._core.errors import Vote
 from ._core.options import AdoptingOptions, LockCallOptions, LockMakerOptions, LockOptions
 from ._core.validation import Duration
 from ._fairlock import FairLock
-from ._lock import Lock
+from ._lock import Lock, new_lock
 from ._multilock import MultiLock
 from ._rlock import RLock
 from ._rwlock import RWLock
@@ -119,7 +119,7 @@ class Redlock(ClientBase):
         fair:             a FairLock: blocking acquires are granted in the order they were made.
         """
         if not options:  # (the usual call: `with redlock.lock(name, ttl):`)
-            return Lock(self, name, ttl)
+            return new_lock(self, name, ttl)
         _options.check("Redlock.lock", options, LockCallOptions)
         fair = options.pop("fair", False)
         fair = fair if fair is False else _validation.flag(fair, "fair")

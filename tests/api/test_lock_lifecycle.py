@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from aio_support import run_async  # noqa: F401  (the fixture)
 from apis import make_redlock_fixture, pytest_generate_tests, sync_only  # noqa: F401  (both APIs)
 from features_support import MT, pttls
 from support import assert_values, braced, set_foreign, urls, wait_until
@@ -14,12 +15,72 @@ from support import assert_values, braced, set_foreign, urls, wait_until
 from hiredlock import (
     AlreadyAcquired,
     HiredlockError,
+    Lock,
     LockLost,
     MasterConfigError,
     NotHeld,
     Outcome,
     QuorumUnreachable,
+    Redlock,
 )
+from hiredlock._core.lock_state import LockState
+from hiredlock.aio import AsyncLock, AsyncRedlock
+
+# -- how a lock object is made ---------------------------------------------------------------------
+
+
+def test_redlock_lock_makes_the_lock_its_class_makes(engine, masters5, key):
+    """Redlock.lock's usual call allocates its Lock without the class's call (_lock.new_lock, which
+    runs what LockState's __init__ runs): the object is the one Lock(redlock, name, ttl) makes,
+    field by field, and it works the same. Lock must keep LockState's __init__ for that."""
+    assert Lock.__init__ is LockState.__init__
+    rl = Redlock(urls(masters5[:3]), backend=engine, master_timeout=MT)
+    try:
+        made, called = rl.lock(key, 10), Lock(rl, key, 10)
+        assert type(made) is Lock
+        for field in LockState.__slots__:
+            if field == "__weakref__":
+                continue
+            mine, theirs = getattr(made, field), getattr(called, field)
+            if field in ("_gate", "_mutex"):  # (one of its own per object)
+                assert type(mine) is type(theirs) and mine is not theirs, field
+            else:
+                assert mine == theirs, field
+        assert made._gate._mutex is made._mutex  # (the gate shares the state's mutex)
+        with made:
+            assert made.held and not called.acquire(blocking=False)
+        assert called.acquire(blocking=False)
+        called.release()
+    finally:
+        rl.close()
+
+
+def test_async_redlock_lock_makes_the_lock_its_class_makes(engine, masters5, key, run_async):  # noqa: F811
+    """The same for AsyncRedlock.lock and AsyncLock (aio/_lock.py's new_async_lock)."""
+    assert AsyncLock.__init__ is LockState.__init__
+
+    async def main() -> None:
+        rl = AsyncRedlock(urls(masters5[:3]), backend=engine, master_timeout=MT)
+        try:
+            made, called = rl.lock(key, 10), AsyncLock(rl, key, 10)
+            assert type(made) is AsyncLock
+            for field in LockState.__slots__:
+                if field == "__weakref__":
+                    continue
+                mine, theirs = getattr(made, field), getattr(called, field)
+                if field in ("_gate", "_mutex"):  # (one of its own per object)
+                    assert type(mine) is type(theirs) and mine is not theirs, field
+                else:
+                    assert mine == theirs, field
+            async with made:
+                assert made.held and not await called.acquire(blocking=False)
+            assert await called.acquire(blocking=False)
+            await called.release()
+        finally:
+            await rl.aclose()
+
+    run_async(main())
+
 
 # -- a Lock that is not held can be acquired ------------------------------------------------------
 

@@ -14,6 +14,7 @@ from hiredlock._core.judgement cimport (
     valid_until_ns as _valid_until_ns,
     won as _round_won,
 )
+from hiredlock._core.keys cimport NameKeys
 from hiredlock._core.local_gate cimport LocalGate
 from hiredlock._core.requests cimport new_run_script, new_set_nx
 from hiredlock._core.session cimport Session
@@ -66,6 +67,10 @@ cdef class LockState:
     cdef public long long _valid_until_ns
     cdef public object _won
 
+    # (the name's keys read in C)
+    @cython.locals(layout=NameKeys)
+    cpdef _setup(self, client, name, ttl, blocking_timeout=*, auto_renew=*, max_hold=*, on_lost=*,
+                 max_extensions=*, fencing=*, wake=*, owner=*, token=*)
     cpdef _new_gate(self, mutex=*)
     cpdef _try_gate(self)
     cpdef _refusal(self, result, elapsed_ns)

@@ -118,6 +118,38 @@ class LockState:
         owner: Optional[str] = None,
         token: Optional[str] = None,
     ) -> None:
+        self._setup(
+            client,
+            name,
+            ttl,
+            blocking_timeout,
+            auto_renew,
+            max_hold,
+            on_lost,
+            max_extensions,
+            fencing,
+            wake,
+            owner,
+            token,
+        )
+
+    def _setup(
+        self,
+        client: ClientBase,
+        name: str | bytes,
+        ttl: Duration,
+        blocking_timeout: Optional[Duration] = None,
+        auto_renew: bool = False,
+        max_hold: Optional[Duration] = None,
+        on_lost: Optional[Callable[..., Any]] = None,
+        max_extensions: Optional[int] = None,
+        fencing: bool = False,
+        wake: Optional[bool] = None,
+        owner: Optional[str] = None,
+        token: Optional[str] = None,
+    ) -> None:
+        """What __init__ does (its arguments in order): also called on a lock allocated without
+        the type's call (_lock.py's new_lock)."""
         # (read through the typed field: compiled, what __init__ reads of the session is read in
         # C, and its methods are C calls)
         self._session = client.session

@@ -6,6 +6,7 @@
 
 from cpython.weakref cimport PyWeakref_NewRef
 
+from hiredlock._core.keys cimport NameKeys
 from hiredlock._core.state_mutex cimport StateMutex
 
 
@@ -50,6 +51,6 @@ cdef class Session:
     # object's __init__, registry_entry by its first acquire)
     cpdef begin_acquire(self)
     cpdef end_acquire(self)
-    cpdef name_keys(self, name)
+    cpdef NameKeys name_keys(self, name)
     cpdef timing(self, ttl)
     cpdef registry_entry(self, lock)

@@ -4,8 +4,13 @@
 # AsyncWithStatement, a Python class, comes after LockBase among its bases (an extension type's
 # first base must be one).
 
+cimport cython
 from hiredlock._core.lock_steps cimport LockBase, acquire_deadline
 
 
 cdef class AsyncLock(LockBase):
     pass
+
+
+@cython.locals(lock=AsyncLock)
+cpdef AsyncLock new_async_lock(client, name, ttl)

@@ -211,3 +211,11 @@ class AsyncRLock(AsyncWithStatement, ReentrantBase[AsyncLock]):
 
     async def extend(self, ttl: Optional[Duration] = None) -> None:
         await self._owned().extend(ttl)
+
+
+def new_async_lock(client: Any, name: str | bytes, ttl: Duration) -> AsyncLock:
+    """AsyncLock(client, name, ttl), AsyncRedlock.lock's usual call: allocated in C and set up by
+    LockState._setup once compiled, as _lock.py's new_lock makes a Lock."""
+    lock: AsyncLock = AsyncLock.__new__(AsyncLock)
+    lock._setup(client, name, ttl)
+    return lock

@@ -21,7 +21,7 @@ from .._core.options import AdoptingOptions, LockCallOptions, LockMakerOptions, 
 from .._core.validation import Duration
 from ._fairlock import AsyncFairLock
 from ._flavour import ASYNCIO
-from ._lock import AsyncLock, AsyncRLock
+from ._lock import AsyncLock, AsyncRLock, new_async_lock
 from ._multilock import AsyncMultiLock
 from ._rounds import AsyncRounds
 from ._rwlock import AsyncRWLock
@@ -82,7 +82,7 @@ class AsyncRedlock(ClientBase):
         plain function (run in the loop: it must not block) or a coroutine function (run as a
         task of its own)."""
         if not options:  # (the usual call: `async with redlock.lock(name, ttl):`)
-            return AsyncLock(self, name, ttl)
+            return new_async_lock(self, name, ttl)
         _options.check("AsyncRedlock.lock", options, LockCallOptions)
         fair = options.pop("fair", False)
         fair = fair if fair is False else _validation.flag(fair, "fair")
