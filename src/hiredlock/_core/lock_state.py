@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from .._engines.contract import RoundResult
 from . import judgement as _judgement
 from . import observe as _observe
+from . import options as _options
 from . import scripts as _scripts
 from . import validation as _validation
 from .clock import monotonic_ns as _monotonic_ns  # (C calls once compiled: see clock.pxd)
@@ -35,6 +36,8 @@ from .validation import Duration
 
 if TYPE_CHECKING:
     from .client import ClientBase
+    from .compat import Unpack
+    from .options import LockKeywords as _Keywords
 
 
 _TOKEN_CHARS = 2 * _scripts.TOKEN_BYTES
@@ -103,35 +106,10 @@ class LockState:
     _event_kind = "Lock"  # the lock_kind of its events (the same for both APIs)
 
     def __init__(
-        self,
-        client: ClientBase,
-        name: str | bytes,
-        ttl: Duration,
-        *,
-        blocking_timeout: Optional[Duration] = None,
-        auto_renew: bool = False,
-        max_hold: Optional[Duration] = None,
-        on_lost: Optional[Callable[..., Any]] = None,
-        max_extensions: Optional[int] = None,
-        fencing: bool = False,
-        wake: Optional[bool] = None,
-        owner: Optional[str] = None,
-        token: Optional[str] = None,
+        self, client: ClientBase, name: str | bytes, ttl: Duration, **options: Unpack[_Keywords]
     ) -> None:
-        self._setup(
-            client,
-            name,
-            ttl,
-            blocking_timeout,
-            auto_renew,
-            max_hold,
-            on_lost,
-            max_extensions,
-            fencing,
-            wake,
-            owner,
-            token,
-        )
+        _options.check(type(self).__name__, options, _options.AdoptingOptions)  # (named so)
+        self._setup(client, name, ttl, **options)
 
     def _setup(
         self,
@@ -148,10 +126,7 @@ class LockState:
         owner: Optional[str] = None,
         token: Optional[str] = None,
     ) -> None:
-        """What __init__ does (its arguments in order): also called on a lock allocated without
-        the type's call (_lock.py's new_lock)."""
-        # (read through the typed field: compiled, what __init__ reads of the session is read in
-        # C, and its methods are C calls)
+        """__init__'s work, also run on a lock allocated without the type's call (new_lock)."""
         self._session = client.session
         self._rounds = self._session.rounds
         # the name's keys (_core/keys.py): its own, and the channel its releases announce on
@@ -160,11 +135,11 @@ class LockState:
         self._announce = layout.channel
         self._name = name
         self._ttl_ms, self._timeout_ms, self._drift_ms = self._session.timing(ttl)
-        self._blocking_timeout = (
-            None
-            if blocking_timeout is None
-            else _validation.non_negative_seconds(blocking_timeout, "blocking_timeout")
-        )
+        if blocking_timeout is not None:
+            blocking_timeout = _validation.non_negative_seconds(
+                blocking_timeout, "blocking_timeout"
+            )
+        self._blocking_timeout = blocking_timeout
         # (bools are taken as they are: acquire_many makes a lock per name)
         self._auto_renew = (
             auto_renew if auto_renew is False else _validation.flag(auto_renew, "auto_renew")
@@ -177,11 +152,9 @@ class LockState:
         if on_lost is not None and not callable(on_lost):
             raise TypeError(f"on_lost must be callable, not {type(on_lost).__name__}")
         self._on_lost = on_lost
-        self._max_extensions = (
-            None
-            if max_extensions is None
-            else _validation.non_negative_int(max_extensions, "max_extensions")
-        )
+        if max_extensions is not None:
+            max_extensions = _validation.non_negative_int(max_extensions, "max_extensions")
+        self._max_extensions = max_extensions
         self._fencing = fencing if fencing is False else _validation.flag(fencing, "fencing")
         # what wakes this lock's waits on a release (None: only the retry timer)
         woken = self._session.wake if wake is None else _validation.flag(wake, "wake")
@@ -194,8 +167,7 @@ class LockState:
         self._generation = _fork_generation[0]  # the process (see _fork) this state belongs to
         self._token: Optional[bytes] = None
         self._unlocked_token: Optional[bytes] = None  # the last token unlocked after an interrupt
-        self._valid_until_ns = 0
-        self._acquired_at_ns = 0
+        self._valid_until_ns = self._acquired_at_ns = 0
         self._acquisition = 0  # bumped by every acquire and release: stale renewals see it
         self._owner: Any = None
         self._lost = False
@@ -206,10 +178,9 @@ class LockState:
         self._lost_event: Any = None  # made on first use: see `lost`
         self._registry_ref: Any = None  # this lock's entry in the session's registry, made once
         self._released_by_close = False  # close() let this acquisition go (see _close_steps)
-        # The engine this lock's next rounds must use, when its last one left commands behind on
-        # a master (see _engines/blocking.py, run_python): a one-item list, shared by a batch's
-        # locks. One per acquisition (a token's rounds follow each other; another holder's do
-        # not need to): a blocking Lock makes a new one when its object is free at an acquire.
+        # The engine this lock's next rounds must use when its last one left commands behind on a
+        # master (_engines/blocking.py, run_python): a one-item list, shared by a batch's locks,
+        # one per acquisition (a blocking Lock makes a new one when its object is free at acquire).
         self._pin: list[Any] = [None]
         # What `stats` and the events tell (see _core/observe.py): the winning round, the time
         # the acquire call waited (ns) and its attempts, set by _took; a semaphore's call under

@@ -7,7 +7,7 @@ time (check)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Callable, Generic, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, TypeVar
 
 from .compat import TypedDict
 from .validation import Duration
@@ -33,6 +33,13 @@ class AdoptingOptions(LockOptions[_L], Generic[_L], total=False):
     """lock()'s: a lock's options, and the token of a lock another holder took (hand-over)."""
 
     token: Optional[str]
+
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    # A lock's keyword arguments, whatever its API: its options, and a token (LockState.__init__)
+    LockKeywords: TypeAlias = AdoptingOptions[Any]
 
 
 class LockCallOptions(AdoptingOptions[_L], Generic[_L], total=False):
