@@ -136,7 +136,8 @@ cdef int _format_batch(NativeEngine self, Command *cmd) except -1:
     cdef size_t need = 0
     cdef char *out
     cdef char *grown
-    cdef int k, argc
+    cdef int k
+    cdef int argc = 0
     for k in range(cmd.n_items):
         argc = _argv(self, cmd, k, False)
         need += command_size(argc, self.argv_len)
@@ -148,7 +149,8 @@ cdef int _format_batch(NativeEngine self, Command *cmd) except -1:
         self.batch_cap = need
     out = self.batch
     for k in range(cmd.n_items):
-        argc = _argv(self, cmd, k, False)
+        if cmd.n_items > 1:  # (one item: the count above left its arguments laid out)
+            argc = _argv(self, cmd, k, False)
         out = put_command(out, argc, self.argv_ptr, self.argv_len)
         cmd.item_end[k] = <size_t>(out - self.batch)
     cmd.batch = self.batch
