@@ -14,7 +14,9 @@ interpreter, as there) and aio-floor: no lock, the floor of any asyncio client's
 loop (two round trips, a future each; async_libs.FloorTasks).
 
 Placement does not change the counts, so they are taken in the unpinned run only. Skipped when
-valgrind is not installed (`apt-get install valgrind`; `make bench` tries to install it).
+valgrind is not installed (`apt-get install valgrind`; `make bench` tries to install it). With
+BENCH_CG_DIR set, each row's callgrind dump is kept there (cg.<row>.<pid>.1, for
+callgrind_annotate) instead of in a temporary directory.
 """
 
 from __future__ import annotations
@@ -98,7 +100,14 @@ def test_instructions(ports, placement, recorder, n, lib):
         if not os.access(python, os.X_OK):
             pytest.skip(f"{python} is missing: `make bench` makes bench/.venv-hiredis")
         counted = REMOTE_ROWS[row] + (f":{tasks}" if tasks else "")
-    with tempfile.TemporaryDirectory(prefix="hlbench-cg-") as tmp:
+    keep = os.environ.get("BENCH_CG_DIR")
+    with tempfile.TemporaryDirectory(prefix="hlbench-cg-") as scratch:
+        tmp = scratch
+        if keep:
+            tmp = os.path.join(keep, f"N{n}-{lib}".replace(":", "x"))
+            os.makedirs(tmp, exist_ok=True)
+            for old in glob.glob(f"{tmp}/cg.*"):
+                os.remove(old)
         cmd = [
             valgrind,
             "--tool=callgrind",
