@@ -269,6 +269,22 @@ def test_a_held_lock_its_caller_dropped_leaves_the_clients_registry(
         server.admin().delete(key)
 
 
+# Locks dropped while held, one after another, in the tests below: 3 times the registry's
+# pruning bound
+DROPPED = 3 * HELD_PRUNED_PAST
+
+
+def assert_registry_pruned(session, kept) -> None:
+    """After the drops: reading the registry leaves the one live lock in it."""
+    assert [lock.key for lock in session.held_locks()] == [kept.key]
+    assert len(session.held) == 1
+
+
+def delete_dropped_keys(servers, key) -> None:
+    for server in servers:
+        server.admin().delete(*[f"{key}:{i}" for i in range(DROPPED)])
+
+
 def test_locks_dropped_while_held_do_not_grow_the_registry(engine, masters5, key):
     """Lock objects dropped while held, one after another, leave dead references that the
     registry takes out as it grows: it stays within its pruning bound, however many were
@@ -277,19 +293,46 @@ def test_locks_dropped_while_held_do_not_grow_the_registry(engine, masters5, key
     rl = Redlock(urls(servers), backend=engine, master_timeout=MT)
     kept = rl.lock(key + ":kept", 30)
     assert kept.acquire(blocking=False)
-    dropped = 3 * HELD_PRUNED_PAST
     try:
-        for i in range(dropped):
+        for i in range(DROPPED):
             lock = rl.lock(f"{key}:{i}", 30)
             assert lock.acquire(blocking=False)
             del lock
             assert len(rl.session.held) <= HELD_PRUNED_PAST + 1
-        assert [lock.key for lock in rl.session.held_locks()] == [kept.key]
-        assert len(rl.session.held) == 1
+        assert_registry_pruned(rl.session, kept)
     finally:
         rl.close()
-        for server in servers:
-            server.admin().delete(*[f"{key}:{i}" for i in range(dropped)])
+        delete_dropped_keys(servers, key)
+    assert_no_key(servers, key + ":kept")
+
+
+def test_async_locks_dropped_while_held_do_not_grow_the_registry(
+    engine,
+    masters5,
+    key,
+    run_async,  # noqa: F811
+):
+    """The same with hiredlock.aio's AsyncLock (the registry is the session's, for both APIs)."""
+    servers = masters5[:3]
+
+    async def main() -> None:
+        rl = AsyncRedlock(urls(servers), backend=engine, master_timeout=MT)
+        kept = rl.lock(key + ":kept", 30)
+        assert await kept.acquire(blocking=False)
+        try:
+            for i in range(DROPPED):
+                lock = rl.lock(f"{key}:{i}", 30)
+                assert await lock.acquire(blocking=False)
+                del lock
+                assert len(rl.session.held) <= HELD_PRUNED_PAST + 1
+            assert_registry_pruned(rl.session, kept)
+        finally:
+            await rl.aclose()
+
+    try:
+        run_async(main())
+    finally:
+        delete_dropped_keys(servers, key)
     assert_no_key(servers, key + ":kept")
 
 

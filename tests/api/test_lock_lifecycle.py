@@ -29,6 +29,19 @@ from hiredlock.aio import AsyncLock, AsyncRedlock
 # -- how a lock object is made ---------------------------------------------------------------------
 
 
+def assert_made_alike(made, called) -> None:
+    """`made` (a client's lock()) has every field `called` (the class's call) has: equal values,
+    and a gate and a mutex of its own, of the same types."""
+    for field in LockState.__slots__:
+        if field == "__weakref__":
+            continue
+        mine, theirs = getattr(made, field), getattr(called, field)
+        if field in ("_gate", "_mutex"):  # (one of its own per object)
+            assert type(mine) is type(theirs) and mine is not theirs, field
+        else:
+            assert mine == theirs, field
+
+
 def test_redlock_lock_makes_the_lock_its_class_makes(engine, masters5, key):
     """Redlock.lock's usual call allocates its Lock without the class's call (_lock.new_lock, which
     runs what LockState's __init__ runs): the object is the one Lock(redlock, name, ttl) makes,
@@ -38,14 +51,7 @@ def test_redlock_lock_makes_the_lock_its_class_makes(engine, masters5, key):
     try:
         made, called = rl.lock(key, 10), Lock(rl, key, 10)
         assert type(made) is Lock
-        for field in LockState.__slots__:
-            if field == "__weakref__":
-                continue
-            mine, theirs = getattr(made, field), getattr(called, field)
-            if field in ("_gate", "_mutex"):  # (one of its own per object)
-                assert type(mine) is type(theirs) and mine is not theirs, field
-            else:
-                assert mine == theirs, field
+        assert_made_alike(made, called)
         assert made._gate._mutex is made._mutex  # (the gate shares the state's mutex)
         with made:
             assert made.held and not called.acquire(blocking=False)
@@ -64,14 +70,7 @@ def test_async_redlock_lock_makes_the_lock_its_class_makes(engine, masters5, key
         try:
             made, called = rl.lock(key, 10), AsyncLock(rl, key, 10)
             assert type(made) is AsyncLock
-            for field in LockState.__slots__:
-                if field == "__weakref__":
-                    continue
-                mine, theirs = getattr(made, field), getattr(called, field)
-                if field in ("_gate", "_mutex"):  # (one of its own per object)
-                    assert type(mine) is type(theirs) and mine is not theirs, field
-                else:
-                    assert mine == theirs, field
+            assert_made_alike(made, called)
             async with made:
                 assert made.held and not await called.acquire(blocking=False)
             assert await called.acquire(blocking=False)
