@@ -108,7 +108,7 @@ class LockState:
     def __init__(
         self, client: ClientBase, name: str | bytes, ttl: Duration, **options: Unpack[_Keywords]
     ) -> None:
-        _options.check(type(self).__name__, options, _options.AdoptingOptions)  # (named so)
+        _options.check(type(self).__name__, options, _options.AdoptingOptions)  # (as Lock())
         self._setup(client, name, ttl, **options)
 
     def _setup(
@@ -486,7 +486,7 @@ class LockState:
             session.held.add(ref)
         del old_owner, old_won
         if len(session.held) > session.held_bound:
-            session.prune_held()
+            session.held_locks()  # (which takes out the dead references)
         if self._lost_event is not None:
             self._lost_event.clear()
         if self._last_votes:  # (set with _last_codes by a refused attempt, or by a failed round)

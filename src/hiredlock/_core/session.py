@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 NAME_KEYS_CACHED = 256
 
 # The size of the registry of held locks past which a lock entering it first takes out the dead
-# references (see Session.prune_held)
+# references (see Session.held_locks)
 HELD_PRUNED_PAST = 64
 
 Timing = tuple[int, float, float]  # ttl in ms, per-master timeout in ms, drift in ms
@@ -58,7 +58,7 @@ class Session:
 
     The references have no callback (a callback would run at the death of every lock object,
     held or not): a lock dropped while held leaves a dead reference, which goes when the
-    registry is read (held_locks) or has grown past `held_bound` (prune_held).
+    registry is read (held_locks), which a lock entering it does past `held_bound`.
     """
 
     __slots__ = (
@@ -158,7 +158,7 @@ class Session:
         self.renewals: Any = None
         self.wake = True
         self.held: set[weakref.ref[Any]] = set()
-        self.held_bound = HELD_PRUNED_PAST  # (see prune_held)
+        self.held_bound = HELD_PRUNED_PAST  # (see held_locks)
         self.turns = Turns()  # the blocking acquires' turns at the masters, by name
         # The one record of the client's closing, which the rounds, the engine pool and the
         # notices read (they keep no flag of their own):
@@ -329,18 +329,21 @@ class Session:
         hash(ref)
         return ref
 
-    def prune_held(self) -> None:
-        """Takes the dead references (locks dropped while held) out of `held`, and sets the size
-        past which the next lock entering it prunes again (LockState._took): twice what is left,
-        so that the walks cost a constant share of the entries."""
-        held = self.held
-        for ref in [ref for ref in list(held) if ref() is None]:
-            held.discard(ref)  # (one at a time: a concurrent discard is never undone)
-        self.held_bound = max(HELD_PRUNED_PAST, 2 * len(held))
-
     def held_locks(self) -> list[Any]:
-        self.prune_held()
-        return [lock for ref in list(self.held) if (lock := ref()) is not None]
+        """The live locks of `held`. The walk also takes the dead references (locks dropped while
+        held) out of it, and sets the size past which the next lock entering it walks it again
+        (LockState._took): twice what is left, so that the walks cost a constant share of the
+        entries."""
+        held = self.held
+        live = []
+        for ref in list(held):
+            lock = ref()
+            if lock is None:
+                held.discard(ref)  # (one at a time: a concurrent discard is never undone)
+            else:
+                live.append(lock)
+        self.held_bound = max(HELD_PRUNED_PAST, 2 * len(held))
+        return live
 
     def token_held_for(self, key: bytes) -> bytes:
         for lock in self.held_locks():
