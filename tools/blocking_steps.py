@@ -263,6 +263,35 @@ def has_closure(method: ast.FunctionDef) -> bool:
     return any(isinstance(node, (ast.GeneratorExp, ast.Lambda)) for node in ast.walk(method))
 
 
+def clock_locals(method: ast.FunctionDef) -> list[str]:
+    """The locals that only ever hold a reading of the monotonic clock (`x = _monotonic_ns()`):
+    typed as C integers in the .pxd, as the compiled clock returns them (no int object each)."""
+    assigned: dict[str, bool] = {}
+    for node in ast.walk(method):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            value = node.value
+            read = (
+                isinstance(node, ast.Assign)
+                and isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Name)
+                and value.func.id == "_monotonic_ns"
+                and not value.args
+            )
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        assigned[name.id] = assigned.get(name.id, True) and read
+        elif isinstance(node, (ast.For, ast.With, ast.NamedExpr, ast.ExceptHandler)):
+            for name in ast.walk(node.target if hasattr(node, "target") else node):
+                if isinstance(name, ast.Name) and isinstance(name.ctx, ast.Store):
+                    assigned[name.id] = False
+            if isinstance(node, ast.ExceptHandler) and node.name:
+                assigned[node.name] = False
+    params = {a.arg for a in method.args.args + method.args.kwonlyargs}
+    return sorted(name for name, read in assigned.items() if read and name not in params)
+
+
 def generate(source: str) -> str:
     """The module's text."""
     tree = ast.parse(source, str(SOURCE))
@@ -300,8 +329,10 @@ def generate(source: str) -> str:
 
 
 def generate_pxd(source_pxd: str, source: str) -> str:
-    """The .pxd: lock_steps.pxd's cimports, and the direct forms as C functions (cpdef)."""
+    """The .pxd: lock_steps.pxd's cimports and typed module globals (with the comment line above
+    each), and the direct forms as C functions (cpdef)."""
     cimports = []
+    globals_ = []
     lines = source_pxd.splitlines()
     i = 0
     while i < len(lines):
@@ -311,6 +342,9 @@ def generate_pxd(source_pxd: str, source: str) -> str:
                 i += 1
                 block.append(lines[i])
             cimports.append("\n".join(block))
+        elif re.fullmatch(r"cdef \w+ \w+", lines[i]):
+            comment = lines[i - 1] if lines[i - 1].startswith("# ") else ""
+            globals_.append((comment + "\n" + lines[i]).strip())
         i += 1
     cimports.append(f"from {SOURCE_MODULE} cimport {CLASS}")
     cimports.append("from hiredlock._engines.blocking cimport BlockingRounds, run_one")
@@ -326,6 +360,10 @@ def generate_pxd(source_pxd: str, source: str) -> str:
         params = [f"{CLASS} self"] + [
             p + ("=*" if k >= first_default else "") for k, p in enumerate(plain)
         ]
+        typed = clock_locals(methods[name])
+        if typed:
+            locals_ = ", ".join(f"{local}=cython.longlong" for local in typed)
+            functions.append(f"\n\n@cython.locals({locals_})")
         functions.append(f"cpdef {direct_name(name)}({', '.join(params)})")
     for check in ENTRIES.values():
         functions += [
@@ -341,6 +379,7 @@ def generate_pxd(source_pxd: str, source: str) -> str:
     text = (
         PXD_HEADER
         + "\n".join(sorted(set(cimports)))
+        + "".join("\n\n" + declaration for declaration in globals_)
         + "\n\n\n"
         + "\n".join(functions)
         + "\n\n\n"

@@ -15,6 +15,9 @@ from hiredlock._sync.blocking_steps cimport (
     release_steps_direct,
 )
 
+# (fork.py's count, read in C: a list index with no module lookup)
+cdef list _fork_generation
+
 
 cdef class Lock(LockBase):
     pass

@@ -31,15 +31,17 @@ from hiredlock.aio import AsyncLock, AsyncRedlock
 
 def assert_made_alike(made, called) -> None:
     """`made` (a client's lock()) has every field `called` (the class's call) has: equal values,
-    and a gate and a mutex of its own, of the same types."""
+    and a gate of its own, of the same type, on the client's state mutex (see
+    _core/state_mutex.py: one per client, shared by its lock objects)."""
     for field in LockState.__slots__:
         if field == "__weakref__":
             continue
         mine, theirs = getattr(made, field), getattr(called, field)
-        if field in ("_gate", "_mutex"):  # (one of its own per object)
+        if field == "_gate":  # (one of its own per object)
             assert type(mine) is type(theirs) and mine is not theirs, field
         else:
             assert mine == theirs, field
+    assert made._mutex is called._mutex is made._session.state_mutex
 
 
 def test_redlock_lock_makes_the_lock_its_class_makes(engine, masters5, key):

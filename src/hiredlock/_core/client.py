@@ -61,6 +61,7 @@ class ClientBase:
         flavour = self._flavour
         session.rounds = flavour.rounds(session)
         session.notices = flavour.notices(session)
+        session.heard = session.notices.heard
         session.renewals = flavour.renewals(session)
 
     @property

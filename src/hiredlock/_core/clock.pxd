@@ -26,5 +26,6 @@ cdef list _monotonic
 cdef object _system_monotonic
 cdef list _wall
 
-cpdef monotonic_ns()
+# (a C integer for the compiled callers, which keep the times they read in C: no int object)
+cpdef long long monotonic_ns() except? -1
 cpdef time_ns()

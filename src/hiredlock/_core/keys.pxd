@@ -7,3 +7,4 @@ cdef class NameKeys:
     cdef public bytes _tail
     cdef public bytes channel
     cdef public bytes key
+    cdef public tuple keys

@@ -69,10 +69,11 @@ def tail(key: bytes, name: bytes) -> bytes:
 class NameKeys:
     """The keys and channels of one name under one namespace (see the module doc)."""
 
-    __slots__ = ("_head", "_tail", "channel", "key")
+    __slots__ = ("_head", "_tail", "channel", "key", "keys")
 
     def __init__(self, namespace: bytes, name: bytes) -> None:
         self.key = namespace + name
+        self.keys = (self.key,)  # (the keys of a round on the name's own key: every acquire's)
         self._head = namespace + PREFIX
         self._tail = tail(self.key, name)
         # Where a release of the name's lock, fair lock or semaphore permit is announced (made

@@ -34,3 +34,10 @@ class LocalGate:
     def leave(self) -> None:
         """Frees the gate, or hands it to a waiter."""
         raise NotImplementedError
+
+    def leave_under_mutex(self) -> bool:
+        """leave() for a caller that holds the lock's state mutex (LockState._let_go, which
+        changes the lock's state and frees its gate under one take of it): frees the gate when
+        no one waits for it; True when someone may, and the caller must call leave() once the
+        mutex is free (a waiter is woken, or handed the gate, outside it)."""
+        raise NotImplementedError

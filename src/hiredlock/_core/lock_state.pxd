@@ -20,6 +20,9 @@ from hiredlock._core.requests cimport new_run_script, new_set_nx
 from hiredlock._core.session cimport Session
 from hiredlock._core.state_mutex cimport StateMutex
 
+# (fork.py's count, read in C: a list index with no module lookup)
+cdef list _fork_generation
+
 
 cdef class LockState:
     # weak references to lock objects: the session's registry of held locks, a turn's holder
@@ -40,7 +43,7 @@ cdef class LockState:
     cdef public object _key
     cdef public object _last_codes
     cdef public object _last_votes
-    cdef public object _layout
+    cdef public NameKeys _layout  # (its keys read in C on every acquire)
     cdef public bint _lost
     cdef public object _lost_event
     cdef public object _max_extensions
@@ -72,12 +75,19 @@ cdef class LockState:
     cpdef _setup(self, client, name, ttl, blocking_timeout=*, auto_renew=*, max_hold=*, on_lost=*,
                  max_extensions=*, fencing=*, wake=*, owner=*, token=*)
     cpdef _new_gate(self, mutex=*)
+    cdef void _forget(self) noexcept
     cpdef _try_gate(self)
     cpdef _refusal(self, result, elapsed_ns)
-    cpdef _let_go(self)
-    cpdef _acquire_request(self, token)
     cpdef _release_request(self, token)
 
-    # (the acquisition number in a C integer, as the field)
+    # (the keys of the name, when they are this lock's, made once: see _acquire_request)
+    @cython.locals(layout=NameKeys)
+    cpdef _acquire_request(self, token)
+
+    # (the gate freed under the same take of the state mutex: see LocalGate.leave_under_mutex)
+    @cython.locals(gate=LocalGate, waited=cython.bint)
+    cpdef _let_go(self)
+
+    # (the acquisition number in a C integer, as the field; the start as the clock gives it)
     @cython.locals(acquisition=cython.longlong)
-    cpdef _took(self, token, start, fence, won, began=*, refused=*)
+    cpdef _took(self, token, long long start, fence, won, began=*, refused=*)

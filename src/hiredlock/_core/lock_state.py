@@ -160,7 +160,7 @@ class LockState:
         woken = self._session.wake if wake is None else _validation.flag(wake, "wake")
         self._notices = self._session.notices if woken else None
         self._channel: Optional[bytes] = None  # _wake_channel(), made on first use
-        self._mutex = StateMutex()
+        self._mutex = self._session.state_mutex  # (the client's: see state_mutex.py)
         # held by the thread or task of this process that holds the lock object (see _sync/gate.py),
         # from its acquire() until the token is let go; its changes go under the state's mutex
         self._gate = self._new_gate(self._mutex)
@@ -200,8 +200,11 @@ class LockState:
     # -- the rounds of this kind of lock (read and write locks say otherwise) -------------------
 
     def _acquire_request(self, token: bytes) -> Request:
-        # (made from its fields in C: half of every lock cycle)
-        return new_set_nx((self._key,), (token,), self._ttl_ms, self._timeout_ms)
+        # (made from its fields in C: half of every lock cycle; the keys made once per name, for
+        # the kinds whose key is the name's: a permit's or a read-write side's is another)
+        layout = self._layout
+        keys = layout.keys if self._key is layout.key else (self._key,)
+        return new_set_nx(keys, (token,), self._ttl_ms, self._timeout_ms)
 
     def _release_request(self, token: bytes) -> Request:
         # (script(_RELEASE, ...) spelled out, made from its fields in C: half of every lock cycle)
@@ -331,9 +334,10 @@ class LockState:
         self._this_process()
         event = self._lost_event
         if event is None:
+            made = self._new_lost_event()  # (Python code: before the mutex, see state_mutex.py)
             with self._mutex.lock:  # one Event, even when the renewal asks at the same time
                 if self._lost_event is None:
-                    self._lost_event = self._new_lost_event()
+                    self._lost_event = made
                 event = self._lost_event
         return event
 
@@ -388,19 +392,15 @@ class LockState:
 
     def _this_process(self) -> None:
         """In a forked child, the first touch forgets what the parent held: the lock is the
-        parent's, and nothing the child does may send anything for it. The mutex is new: a parent
-        thread (the watchdog, say) may have held it at the fork, and it would never be let go."""
+        parent's, and nothing the child does may send anything for it. The client's mutex is new:
+        a parent thread (the watchdog, say) may have held it at the fork, and never let it go."""
         if self._generation == _fork_generation[0]:
             return
-        self._mutex = StateMutex()
+        self._session.this_process()  # (its state mutex is replaced first)
+        self._mutex = self._session.state_mutex
         self._gate = self._new_gate(self._mutex)
         self._lost_event = None
-        self._token = None
-        self._adopted = False
-        self._lost = False
-        self._fence = None
-        self._valid_until_ns = 0
-        self._acquisition += 1
+        self._forget()
         self._registry_ref = None
         self._pin = [None]  # the parent's engine: its connections are not the child's
         self._generation = _fork_generation[0]
@@ -411,13 +411,18 @@ class LockState:
         """A lock whose validity ran out (or that was lost) is let go locally before a new
         acquire: its keys expire with their ttl, and its renewals stop."""
         with self._mutex.lock:
-            self._token = None
-            self._adopted = False
-            self._lost = False
-            self._fence = None
-            self._valid_until_ns = 0
-            self._acquisition += 1
+            self._forget()
         self._session.held.discard(self._registry_ref)
+
+    def _forget(self) -> None:
+        """The token let go, locally (under the state mutex, or in a forked child's first touch):
+        the renewals of this acquisition are dropped."""
+        self._token = None
+        self._adopted = False
+        self._lost = False
+        self._fence = None
+        self._valid_until_ns = 0
+        self._acquisition += 1
 
     # -- the local gate: one thread or task of this process holds the object at a time ---------
 
@@ -465,24 +470,23 @@ class LockState:
         # Renewal stops once the owner (thread or task) has ended.
         owner = self._current_owner() if self._auto_renew else None
         valid_until_ns = _valid_until_ns(start, self._ttl_ms, self._drift_ms)
-        with session.state_mutex.lock:
+        with session.state_mutex.lock:  # (this lock's too: `closed`, `held` and its fields)
             if session.closed:
                 return False
             # (the last acquisition's owner and round are dropped once the mutex is free)
             old_owner, old_won = self._owner, self._won
-            with self._mutex.lock:
-                self._token = token
-                self._lost = False
-                self._fence = fence
-                self._extensions = 0
-                self._valid_until_ns = valid_until_ns
-                self._acquired_at_ns = start
-                self._owner = owner
-                self._acquisition += 1
-                self._released_by_close = False
-                acquisition = self._acquisition
-                # (the winning round; with the call's wait and attempts when some were refused)
-                self._won = (won, began, refused) if refused else won
+            self._token = token
+            self._lost = False
+            self._fence = fence
+            self._extensions = 0
+            self._valid_until_ns = valid_until_ns
+            self._acquired_at_ns = start
+            self._owner = owner
+            self._acquisition += 1
+            self._released_by_close = False
+            acquisition = self._acquisition
+            # (the winning round; with the call's wait and attempts when some were refused)
+            self._won = (won, began, refused) if refused else won
             session.held.add(ref)
         del old_owner, old_won
         if len(session.held) > session.held_bound:
@@ -523,15 +527,11 @@ class LockState:
             if token is None:
                 raise NotHeld(f"lock {self._name!r} is not held by this {self._kind} object")
             lost = self._lost
-            self._token = None
-            self._adopted = False
-            self._lost = False
-            self._fence = None
-            self._valid_until_ns = 0
-            self._acquisition += 1  # renewals of this acquisition are dropped
+            self._forget()
+            gate = self._gate  # (freed under the same take of the mutex, unless it has waiters)
+            waited = gate.is_held() and gate.leave_under_mutex()
         self._session.held.discard(self._registry_ref)
-        gate = self._gate
-        if gate.is_held():
+        if waited:
             gate.leave()
         return token, lost
 

@@ -10,8 +10,12 @@ from hiredlock._core.judgement cimport (
     won as _round_won,
 )
 from hiredlock._core.lock_state cimport LockState
+
 from hiredlock._core.requests cimport heard_on
 from hiredlock._core.tokens cimport new_token
+
+# (fork.py's count, read in C: a list index with no module lookup)
+cdef list _fork_generation
 
 
 cdef class LockBase(LockState):

@@ -148,7 +148,7 @@ class LockBase(LockState):
                     session.check_open()
                 # (the notices heard before this attempt: one that comes before the pause begins
                 # ends the pause at once)
-                seen = 0 if notices is None else heard_on(notices.heard, channel)
+                seen = 0 if notices is None else heard_on(session.heard, channel)
                 token = new_token()
                 if suffix:
                     token += suffix
@@ -229,7 +229,7 @@ class LockBase(LockState):
         try:
             while not session.closed:
                 # (the notices heard before the look at the sibling: one after it ends the pause)
-                seen = 0 if notices is None else heard_on(notices.heard, channel)
+                seen = 0 if notices is None else heard_on(session.heard, channel)
                 wait_ns = min(until, valid_while(sibling, acquisition)) - now
                 if wait_ns <= 0:
                     return

@@ -9,6 +9,9 @@ from cpython.weakref cimport PyWeakref_NewRef
 from hiredlock._core.keys cimport NameKeys
 from hiredlock._core.state_mutex cimport StateMutex
 
+# (fork.py's count, read in C: a list index with no module lookup)
+cdef list _fork_generation
+
 
 cdef class Session:
     cdef object __weakref__
@@ -24,6 +27,7 @@ cdef class Session:
     cdef public object engine_stale
     cdef public object fixed_timeout_ms
     cdef public object generation
+    cdef public dict heard
     cdef public set held
     cdef public Py_ssize_t held_bound
     cdef public object label
@@ -35,7 +39,7 @@ cdef class Session:
     cdef public object quiet_acquire
     cdef public object quiet_oks
     cdef public object quiet_wait_all
-    cdef public object quorum
+    cdef public Py_ssize_t quorum  # (compared in C with the oks of every round)
     cdef public object renewals
     cdef public object retry_count
     cdef public object retry_delay

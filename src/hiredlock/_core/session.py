@@ -75,6 +75,7 @@ class Session:
         "engine_stale",
         "fixed_timeout_ms",
         "generation",
+        "heard",
         "held",
         "held_bound",
         "label",
@@ -156,6 +157,9 @@ class Session:
         self.rounds: Any = None
         self.notices: Any = None
         self.renewals: Any = None
+        # the notices' counts by channel (their `heard`), read by every attempt of a lock that
+        # notices wake (see requests.heard_on): a field of this class, read in C once compiled
+        self.heard: dict[bytes, int] = {}
         self.wake = True
         self.held: set[weakref.ref[Any]] = set()
         self.held_bound = HELD_PRUNED_PAST  # (see held_locks)

@@ -448,7 +448,8 @@ class ThreadNotices:
     for the channel (True) or the timeout (False). The subscribers are read by one thread,
     started by the first wait and ended LINGER_S after the last one, or by close()."""
 
-    # (`heard` is read before every attempt of a lock woken by notices: a slot is read faster)
+    # (`heard`, the counts by channel, is the session's too: every attempt of a lock woken by
+    # notices reads it there, see Session.heard)
     __slots__ = ("_board", "_kick_r", "_kick_w", "_label", "_session", "_thread", "heard")
 
     def __init__(self, session: Session) -> None:

@@ -5,20 +5,23 @@
 
 from hiredlock._core.session cimport Session
 
+# (fork.py's count, read in C: a list index with no module lookup)
+cdef list _fork_generation
+
 
 cdef class EnginePool:
     cdef public object _factory
     cdef public object _generation
     cdef public object _idle
     cdef public dict _live
-    cdef public object _low_water
+    cdef public Py_ssize_t _low_water
     cdef public object _next_trim
     cdef public object _pop
     cdef public object _push
     cdef public object _returned
     cdef public Session _session
     cdef public object _stale
-    cdef public object _waiting
+    cdef public Py_ssize_t _waiting  # (read at every checkin)
 
     cpdef checkout(self, prefer=*, double wait_ms=*)
     cpdef checkin(self, engine)

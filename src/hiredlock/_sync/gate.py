@@ -126,6 +126,13 @@ class ThreadGate(LocalGate):
         assert self._waiters is not None and self._wake is not None
         return self._waiters, self._wake
 
+    def leave_under_mutex(self) -> bool:
+        # (the caller holds self._mutex: the lock's state mutex)
+        if self._waiters:
+            return True
+        self._holder = 0
+        return False
+
     def leave(self) -> None:
         with self._mutex.lock:
             self._holder = 0

@@ -66,6 +66,13 @@ class TaskGate(LocalGate):
         self.owner = asyncio.current_task()
         return True
 
+    def leave_under_mutex(self) -> bool:
+        if self._waiters:
+            return True  # (handed over by leave(): its futures' callbacks run Python code)
+        self.owner = None
+        self._held = False
+        return False
+
     def leave(self) -> None:
         """Hands the gate to the first live waiter, or frees it."""
         self.owner = None

@@ -44,7 +44,7 @@ class LoopNotices:
     """wait() returns True on a notice for the channel, False at the timeout. The subscribers
     belong to the loop of the first wait (an AsyncRedlock is used in one loop)."""
 
-    # (`heard` is read before every attempt of a lock woken by notices: see ThreadNotices)
+    # (`heard` is the session's too: see ThreadNotices)
     __slots__ = (
         "_board",
         "_ended_early",
