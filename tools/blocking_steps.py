@@ -27,6 +27,7 @@ import copy
 import hashlib
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -264,32 +265,34 @@ def has_closure(method: ast.FunctionDef) -> bool:
 
 
 def clock_locals(method: ast.FunctionDef) -> list[str]:
-    """The locals that only ever hold a reading of the monotonic clock (`x = _monotonic_ns()`):
-    typed as C integers in the .pxd, as the compiled clock returns them (no int object each)."""
-    assigned: dict[str, bool] = {}
-    for node in ast.walk(method):
-        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            value = node.value
-            read = (
-                isinstance(node, ast.Assign)
-                and isinstance(value, ast.Call)
-                and isinstance(value.func, ast.Name)
-                and value.func.id == "_monotonic_ns"
-                and not value.args
-            )
-            for target in targets:
-                for name in ast.walk(target):
-                    if isinstance(name, ast.Name):
-                        assigned[name.id] = assigned.get(name.id, True) and read
-        elif isinstance(node, (ast.For, ast.With, ast.NamedExpr, ast.ExceptHandler)):
-            for name in ast.walk(node.target if hasattr(node, "target") else node):
-                if isinstance(name, ast.Name) and isinstance(name.ctx, ast.Store):
-                    assigned[name.id] = False
-            if isinstance(node, ast.ExceptHandler) and node.name:
-                assigned[node.name] = False
-    params = {a.arg for a in method.args.args + method.args.kwonlyargs}
-    return sorted(name for name, read in assigned.items() if read and name not in params)
+    """The locals that only ever hold a reading of the monotonic clock (every store of the name
+    is the target of an `x = _monotonic_ns()`): typed as C integers in the .pxd, as the compiled
+    clock returns them (no int object each)."""
+
+    def reads_clock(value: ast.expr) -> bool:
+        return (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Name)
+            and value.func.id == "_monotonic_ns"
+            and not value.args
+        )
+
+    nodes = list(ast.walk(method))
+    stores = Counter(
+        node.id for node in nodes if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)
+    )
+    readings = Counter(
+        name.id
+        for node in nodes
+        if isinstance(node, ast.Assign) and reads_clock(node.value)
+        for target in node.targets
+        for name in ast.walk(target)
+        if isinstance(name, ast.Name)
+    )
+    # (parameters, and an `except ... as name`, are bound without an ast.Name)
+    other = {arg.arg for arg in method.args.args + method.args.kwonlyargs}
+    other |= {node.name for node in nodes if isinstance(node, ast.ExceptHandler) and node.name}
+    return sorted(name for name, n in readings.items() if stores[name] == n and name not in other)
 
 
 def generate(source: str) -> str:

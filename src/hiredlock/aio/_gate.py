@@ -69,8 +69,7 @@ class TaskGate(LocalGate):
     def leave_under_mutex(self) -> bool:
         if self._waiters:
             return True  # (handed over by leave(): its futures' callbacks run Python code)
-        self.owner = None
-        self._held = False
+        self.leave()  # (no waiter: it only frees the gate)
         return False
 
     def leave(self) -> None:
