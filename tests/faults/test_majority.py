@@ -6,7 +6,10 @@ Time bounds (README "How a lock is taken"): an attempt is one round, each master
 master_timeout, then the unlock round, which does not wait for masters that already let a round
 time out: one attempt costs at most 2 x master_timeout, plus 20 ms here for scheduling (plus
 HIREDLOCK_TEST_EXTRA_SLACK).  A blocking acquire makes retry_count such attempts (each with its
-20 ms), separated by at most 1.5 x retry_delay.
+20 ms), separated by at most 1.5 x retry_delay.  A loaded machine can stall the test process
+itself for longer than that slack (a CI run saw one attempt of 50 take 271 ms against 120): up to
+MAX_STALLED attempts may overrun their bound, by at most STALL_S each. A client that does not
+keep the bound overruns it on every attempt (the faulted masters are faulted for all of them).
 
 Counts: the spec's 50 attempts on both engines.
 
@@ -37,6 +40,7 @@ ATTEMPTS = {"native": 50, "python": 50}
 BLOCKING_EVERY = 10  # every 10th attempt is a blocking acquire() (retry_count attempts)
 RETRY_COUNT, RETRY_DELAY = 3, 0.01
 FAILED = {Outcome.TIMEOUT, Outcome.CONN_ERROR, Outcome.ERROR}
+MAX_STALLED, STALL_S = 2, 1.0  # attempts a stalled machine may make overrun, and by how much
 
 
 @pytest.mark.parametrize("fault", tier1_faults(continuous=True), ids=lambda f: f.kind)
@@ -49,6 +53,7 @@ def test_majority_fault(engine, lab, fault):
     live = lab.masters.servers[3:]
     prefix = scn.name + ":a:"
     problems = []
+    overruns = []  # (attempt, elapsed, bound)
     with scn:
         rl = scn.redlock(retry_count=RETRY_COUNT, retry_delay=RETRY_DELAY)
         for i in range(ATTEMPTS[engine]):
@@ -98,15 +103,18 @@ def test_majority_fault(engine, lab, fault):
                     problems.append(f"attempt {i}: only {n_failed} failed votes: {votes}")
             bound = blocking_bound if blocking else one
             if elapsed > bound:
-                problems.append(
-                    f"attempt {i} ({'blocking' if blocking else 'blocking=False'}) took "
-                    f"{elapsed * 1e3:.1f} ms > {bound * 1e3:.0f} ms"
-                )
+                overruns.append((i, elapsed, bound))
             for srv in live:
                 if srv.admin().get(lock.key) is not None:
                     problems.append(f"attempt {i}: a key is left on live master {srv.port}")
     # After the heal, whatever was buffered (stopped, paused, sleeping, delayed masters) has run:
     # the SET of each attempt, then its unlock.  No master keeps any key of these attempts.
+    if len(overruns) > MAX_STALLED or any(t > b + STALL_S for _, t, b in overruns):
+        problems.extend(
+            f"attempt {i} took {t * 1e3:.1f} ms > {b * 1e3:.0f} ms" for i, t, b in overruns
+        )
+    elif overruns:
+        scn.notes.append(f"{len(overruns)} attempts overran their bound (a stall): {overruns}")
     deadline = time.monotonic() + 1.0
     while (left := keys_with_prefix(lab.masters.servers, prefix)) and time.monotonic() < deadline:
         time.sleep(0.01)
