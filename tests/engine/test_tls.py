@@ -44,7 +44,8 @@ from support import (
     wait_until,
 )
 
-from hiredlock import Outcome, QuorumUnreachable
+from hiredlock import HiredlockError, LockLost, Outcome, QuorumUnreachable
+from hiredlock._engines import master_policy
 
 TTL = 10.0
 # Healthy masters: a cold TLS connect (TCP + handshake) on a loaded machine must not turn into a
@@ -537,10 +538,18 @@ PLAINTEXT_ON_TLS_PORT = "connection reset by peer: is this a TLS port (use redis
 HANDSHAKE_TIMED_OUT = "TLS handshake timed out: does the master speak TLS?"
 
 
-def test_plaintext_client_on_a_tls_port(engine, make_redlock, tls_masters5, tls_certs, key):
+def test_plaintext_client_on_a_tls_port(
+    engine, make_redlock, tls_masters5, tls_certs, key, monkeypatch
+):
     """redis:// to a TLS port (our commands are no handshake: the server resets the connection)
     and rediss:// to a plaintext port (the server waits for a command line: the handshake is
-    never answered): failed votes, quickly, each saying what is likely wrong; no key written."""
+    never answered): failed votes, quickly, each saying what is likely wrong; no key written.
+
+    The first pause before a failed master is tried again lasts 10 ms, shorter than a loaded
+    machine can stall this test between two attempts: it is made 60 s here, so that the second
+    attempt surely comes within it."""
+    monkeypatch.setattr(master_policy, "RECONNECT_BACKOFF_MIN_MS", 60_000)
+    monkeypatch.setattr(master_policy, "RECONNECT_BACKOFF_MAX_MS", 60_000)
     a, b, c = tls_masters5[:3]
     masters = [
         f"redis://127.0.0.1:{a.tls_port}/0",
@@ -658,8 +667,6 @@ DOWN_FOR = 15  # cycles the master stays down (and then up) in each round of the
 def test_minority_restarts_during_contended_cycles(engine, make_redlock, tls_masters5, key):
     from servers import PortTaken
 
-    from hiredlock import HiredlockError
-
     masters = tls_masters5[:3]
     victim = masters[0]
     judge = tls_masters5[4]  # not a master of the lock, never faulted
@@ -670,6 +677,7 @@ def test_minority_restarts_during_contended_cycles(engine, make_redlock, tls_mas
     progress = threading.Condition()
     done_cycles = [0]
     outcomes: list[str] = []
+    failed_releases: list[HiredlockError] = []
     occupancy = [0]
     overlaps = [0]
     errors: list[BaseException] = []
@@ -702,6 +710,7 @@ def test_minority_restarts_during_contended_cycles(engine, make_redlock, tls_mas
                         outcome = "ok"
                     except HiredlockError as exc:
                         outcome = f"release: {exc!r}"
+                        failed_releases.append(exc)
                 else:
                     outcome = f"acquire: {got!r}"
                 with progress:
@@ -757,9 +766,19 @@ def test_minority_restarts_during_contended_cycles(engine, make_redlock, tls_mas
     assert "kill" in nemesis_log and "restart" in nemesis_log, nemesis_log
     assert overlaps[0] == 0, f"{overlaps[0]} overlapping holders"
     ok = outcomes.count("ok")
-    successes = ok + sum(o.startswith("release") for o in outcomes)
+    successes = ok + len(failed_releases)
     assert int(judge.admin().get("counter")) == successes, outcomes
-    assert ok >= CYCLES * 0.99, f"{ok}/{CYCLES} ok: {[o for o in outcomes if o != 'ok'][:10]}"
+    # A release fails only where a kill took the lock's quorum with it: a lock taken on the
+    # victim and one other master (two contenders split the third) when the victim died. That
+    # is at most one lock per kill, and its release names the victim as failed (votes are in the
+    # masters' order). How often it happens depends on the machine's load, not on the client.
+    assert all(
+        isinstance(exc, LockLost) and exc.votes[0].outcome is not Outcome.OK
+        for exc in failed_releases
+    ), failed_releases
+    assert len(failed_releases) <= nemesis_log.count("kill"), (failed_releases, nemesis_log)
+    failed_acquires = [o for o in outcomes if o.startswith("acquire")]
+    assert len(failed_acquires) <= CYCLES * 0.01, failed_acquires[:10]
 
 
 # -- f: bad input, before any I/O; no secret shown ------------------------------------------------
