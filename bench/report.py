@@ -65,6 +65,8 @@ class Results:
                     **ei,
                     "name": b["name"],
                     "s_per_cycle": stats["median"] / cycles,
+                    # (the fastest round: the least disturbed by the host's load; see the targets)
+                    "s_fastest": stats["min"] / cycles,
                     "iqr_rel": stats["iqr"] / stats["median"] if stats["median"] else 0.0,
                     "rounds": stats["rounds"],
                 }
@@ -870,14 +872,24 @@ def targets(r: Results) -> list[str]:
         row = r.cycle(lib, n, placement)
         return row and row["per_s"]
 
+    def fastest(lib, n, placement):
+        row = r.cycle(lib, n, placement)
+        return row and 1.0 / row["s_fastest"]
+
     for n in (1, 5):
         for placement in PLACEMENTS:
             x = ratio(per_s("native", n, placement), per_s("cref", n, placement))
+            # The target is on the medians; the fastest rounds' ratio is shown beside them: on a
+            # shared host the medians of one row swing by a fifth between runs, the fastest
+            # rounds by a few percent.
+            y = ratio(fastest("native", n, placement), fastest("cref", n, placement))
             check(
                 f"single cycle, native vs C reference, N={n}, {placement}: ≥ 0.95{TIMES}",
                 x,
                 x is not None and x >= 0.95,
-                f"{x:.2f}{TIMES}" if x else "",
+                (f"{x:.2f}{TIMES}" + (f" (fastest rounds: {y:.2f}{TIMES})" if y else ""))
+                if x
+                else "",
             )
     for placement, peer, want in (
         ("unpinned", "redlock-py", 3),
