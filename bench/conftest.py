@@ -127,6 +127,9 @@ class Recorder:
         self.rows.append(row)
 
     def write(self) -> None:
+        if not self.rows:
+            # (a run by hand of latency rows only: `make bench`'s side file stays as it was)
+            return
         self.meta["loadavg_end"] = os.getloadavg()
         os.makedirs(RESULTS_DIR, exist_ok=True)
         path = os.path.join(RESULTS_DIR, f"extra-{self.placement}.json")
