@@ -883,8 +883,10 @@ def targets(r: Results) -> list[str]:
             # them: on a shared host the medians of one row swing by a fifth between runs, the
             # fastest rounds by a few percent. (Unpinned, a fastest round is one where the
             # scheduler happened to keep client and server on one core: not comparable.)
-            y = placement == "pinned" and ratio(
-                fastest("native", n, placement), fastest("cref", n, placement)
+            y = (
+                ratio(fastest("native", n, placement), fastest("cref", n, placement))
+                if placement == "pinned"
+                else None
             )
             check(
                 f"single cycle, native vs C reference, N={n}, {placement}: ≥ 0.95{TIMES}",
