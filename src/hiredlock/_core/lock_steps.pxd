@@ -10,7 +10,6 @@ from hiredlock._core.judgement cimport (
     won as _round_won,
 )
 from hiredlock._core.lock_state cimport LockState
-
 from hiredlock._core.requests cimport heard_on
 from hiredlock._core.tokens cimport new_token
 
