@@ -6,12 +6,11 @@ different slots is refused with CROSSSLOT."""
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
 from apis import make_redlock_fixture, pytest_generate_tests, rwlock  # noqa: F401
+from clusters import whole_cluster_server
 from layout_support import exercise_every_kind
-from servers import RedisServer, free_port
 
 from hiredlock._core.keys import NameKeys, stand_in_tag
 from hiredlock._core.slots import SLOTS, hash_tag, key_slot
@@ -117,24 +116,9 @@ def test_the_layout_is_as_documented() -> None:
 # -- on a cluster-mode server ------------------------------------------------------------------
 
 
-def cluster_mode_server() -> RedisServer:
-    """One redis-server in cluster mode serving every slot: a script whose keys are in
-    different slots is refused there (CROSSSLOT), as on any cluster."""
-    server = RedisServer(
-        extra_args=("--cluster-enabled", "yes", "--cluster-port", str(free_port()))
-    )
-    admin = server.admin()
-    admin.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, SLOTS - 1)
-    deadline = time.monotonic() + 10
-    while b"cluster_state:ok" not in admin.execute_command("CLUSTER", "INFO"):
-        assert time.monotonic() < deadline, "the cluster-mode server never said cluster_state:ok"
-        time.sleep(0.05)
-    return server
-
-
 @pytest.fixture(scope="module")
 def whole_cluster(redis_server_bin):
-    server = cluster_mode_server()
+    server = whole_cluster_server()
     yield server
     server.cleanup()
 

@@ -12,6 +12,8 @@ joined by `redis-cli --cluster create ... --cluster-replicas 1 --cluster-yes`.
 * Waiting on the cluster (ready(), a promotion) polls with a deadline: these wait for the nodes'
   gossip, there is nothing to synchronise on.
 
+`whole_cluster_server()`: one cluster-mode server serving every slot.
+
 Helpers for the tests that break a cluster (give those a cluster of their own):
 `kill_primary(node)` + `wait_for_promotion(...)`, and `SlotMigration` (a slot moved from one
 primary to another step by step, so a test can act between the steps and see ASK, then MOVED).
@@ -32,6 +34,22 @@ NODE_TIMEOUT_MS = 1000
 # A fresh cluster's gossip and a failover after NODE_TIMEOUT_MS both take seconds; on a loaded
 # 2-core machine, allow many times that.
 READY_TIMEOUT = 60.0
+
+
+def whole_cluster_server() -> RedisServer:
+    """One redis-server in cluster mode serving every slot, ready (cluster_state:ok): given to
+    the library as a plain master, it refuses a script whose keys are in several slots
+    (CROSSSLOT), as any cluster does."""
+    server = RedisServer(
+        extra_args=("--cluster-enabled", "yes", "--cluster-port", str(free_port()))
+    )
+    admin = server.admin()
+    admin.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+    deadline = time.monotonic() + 10
+    while b"cluster_state:ok" not in admin.execute_command("CLUSTER", "INFO"):
+        assert time.monotonic() < deadline, "the cluster-mode server never said cluster_state:ok"
+        time.sleep(0.05)
+    return server
 
 
 def cli_binary() -> str:
