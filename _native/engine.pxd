@@ -134,10 +134,27 @@ cdef struct Command:
     bint want_values
     bint acquires              # a script that takes something: no EVAL for a late NOSCRIPT
     uint32_t script_bit        # this script's bit in Master.scripts_known (0: not tracked)
-    # Every item's command (EVALSHA for scripts), formatted once, back to back, for all masters:
-    # item k is batch[item_end[k - 1]:item_end[k]].
+    # A batched script's commands (hiredlock/_core/scripts.py's BATCHED) carry `unit` names
+    # each (1: a command per item); script_bit is then the batching script's bit, and head and
+    # eval_head stay the item's script's: a name sent on its own (to an unbatched master) goes
+    # as EVAL of it.
+    int unit
+    int n_units                # the commands per master: n_items, or the batched ones
+    # Every command (EVALSHA for scripts), formatted once, back to back, for all masters:
+    # command c is batch[item_end[c - 1]:item_end[c]].
     char *batch
     size_t *item_end
+    # Set and read in a batched round only (_round clears the fields above, not these): the keys
+    # per name (per_key: that count as text), the batching script's leading arguments (without
+    # the count). item_keys must stay the first of them.
+    int item_keys
+    char per_key[8]
+    size_t per_key_len
+    int n_unit_head
+    const char *unit_head[MAX_PARTS]
+    size_t unit_head_len[MAX_PARTS]
+    const char *unit_eval_head[MAX_PARTS]
+    size_t unit_eval_head_len[MAX_PARTS]
 
 
 cdef struct Redo:
@@ -176,8 +193,12 @@ cdef struct Master:
     const char *auth_argv[3]
     size_t auth_len[3]
     int select_db              # -1: no SELECT
-    # this round's reply slots: key indices in the order the replies will come (ASKING_SLOT(k):
-    # the reply to the ASKING sent before key k's command, on a cluster node)
+    # it refused a batched script's command with CROSSSLOT (a cluster-mode server given as a
+    # master: a batch's names may be in several slots): its names go one by one
+    bint unbatched
+    # this round's reply slots: key indices in the order the replies will come (-1 - k: the
+    # reply to the ASKING sent before key k's command, on a cluster node); in a batched round,
+    # command indices (-1 - k: key k's own EVAL, sent to an unbatched master)
     int *slots
     unsigned long long *slot_seq  # the command number of each slot
     int slot_head
@@ -263,6 +284,8 @@ cdef class NativeEngine:
     cdef object pending_exc    # what a signal handler (or a lookup) raised in this round
     cdef dict script_bits      # sha -> its bit in Master.scripts_known
     cdef dict scripts          # sha -> (numkeys, bit, EVALSHA head, EVAL head): see _script
+    cdef dict batched          # sha -> its batching script's (bit, EVALSHA head, EVAL head)
+    cdef char unit_numkeys[24]  # a batched command's numkeys, as _unit_argv lays it out
     # per-round scratch, grown as batches grow
     cdef int cap_items
     cdef uint8_t *codes        # [item * n_cols + column]
@@ -304,6 +327,8 @@ cdef class NativeEngine:
     cdef void _free_scratch(self) noexcept
     cdef void _close_all(self) noexcept
     cdef tuple _script(self, bytes sha, bytes source, int numkeys)
+    cdef uint32_t _script_bit(self, bytes sha)
+    cdef object _batched(self, bytes sha)
     cpdef bint owes_replies(self)
     # (called in C by the blocking client's run_one: hiredlock/_engines/blocking.pxd)
     cpdef run(self, request)
@@ -338,6 +363,15 @@ cdef int format_command(char **target, int argc, const char **argv,
 cdef int _argv(NativeEngine self, Command *cmd, int k, bint as_eval) noexcept nogil
 cdef int _format_batch(NativeEngine self, Command *cmd) except -1
 cdef int odd_reply(redisReader *r, char kind, char *why) noexcept nogil
+
+# -- batches.pxi: a batched script's commands and their replies (_engines/script_commands.py)
+# (inline: _command_argv)
+
+cdef int _unit_argv(NativeEngine self, Command *cmd, int u, bint as_eval) noexcept nogil
+cdef void _take_batched(NativeEngine self, Command *cmd, int k, int i, redisReply *reply,
+                        int64_t now) noexcept nogil
+cdef void _count_batch(NativeEngine self, Command *cmd, int u, int i,
+                       redisReply *reply) noexcept nogil
 
 # -- master.pxi: one master's connection: connect, login, bytes in and out, failure
 # (_engines/python_engine.py's _Master, and PythonEngine's _refresh / _catch_up / _open)
@@ -383,7 +417,7 @@ cdef void _fail_master(NativeEngine self, int i, uint8_t code, const char *detai
 cdef object _round(NativeEngine self, Kind kind, tuple head, tuple eval_head, tuple items,
                    tuple tokens, tuple tail, double timeout_ms, bint wait_all,
                    bint honour_backoff, bint want_values, bint acquires,
-                   uint32_t script_bit)
+                   uint32_t script_bit, tuple batching=*, int item_keys=*)
 cdef list _results(NativeEngine self, Command *cmd, int64_t t0, int64_t end)
 cdef void _run(NativeEngine self, Command *cmd, int64_t timeout_ns, bint wait_all,
                bint honour_backoff) noexcept nogil

@@ -9,9 +9,11 @@ timing rule come from the Python package; this module only moves bytes and count
 
 This file is the umbrella: the constants taken from the Python package, the NativeEngine class
 (the contract's calls), and the parts it includes, each named after what it mirrors in Python:
-resp.pxi (_engines/resp.py), master.pxi (a master's connection: _engines/master.py, with
-python_engine.py's steps around a round), round.pxi (a round: _engines/round.py), routing.pxi (a
-cluster place's links: the router's keys per link, MOVED/ASK followed), round_events.pxi
+resp.pxi (_engines/resp.py), batches.pxi (a batched script's commands and replies:
+_engines/script_commands.py, and the batched replies of _engines/round.py), master.pxi (a
+master's connection: _engines/master.py, with python_engine.py's steps around a round), round.pxi
+(a round: _engines/round.py), routing.pxi (a cluster place's links: the router's keys per link,
+MOVED/ASK followed), round_events.pxi
 (NativeRound, the round an event loop feeds: aio/_rounds.py drives it) and steps.pxi (the blocking
 driver of the steps: _engines/blocking.py's run). engine.pxd is the table of contents: the shared
 structs and limits, both classes' fields, every part's C functions.
@@ -33,6 +35,7 @@ from libhiredis cimport (
     HIREDIS_PATCH,
     REDIS_ERR,
     REDIS_ERR_IO,
+    REDIS_REPLY_ARRAY,
     REDIS_REPLY_ERROR,
     REDIS_REPLY_INTEGER,
     REDIS_REPLY_NIL,
@@ -82,6 +85,11 @@ cdef size_t ASKING_LENGTH = 16
 # and builds an array's elements as they come, so a master could make it take any amount of
 # memory otherwise.
 cdef size_t MAX_REPLY = _scripts.MAX_REPLY_BYTES
+# The names a batched script's command carries at most (see _scripts.BATCHED): its reply is an
+# array of as many replies, the only array a lock command gets.
+cdef int BATCH_ITEMS = _scripts.SCRIPT_BATCH_ITEMS
+# the room in the argv arrays: a command's shared arguments and its items' (_argv, _unit_argv)
+cdef size_t ARGV_ROOM = 2 * MAX_PARTS + 2 + BATCH_ITEMS * MAX_ARGS
 # A connection opened in a round has at least this long from the round's start (see _scripts).
 cdef int64_t CONNECT_MIN_NS = <int64_t>(_scripts.CONNECT_TIMEOUT_MIN_MS * 1e6)
 # A round that waits takes the GIL this often to run Python's signal handlers: a signal may be
@@ -148,6 +156,7 @@ cdef inline int64_t now_ns() noexcept nogil:
 
 
 include "resp.pxi"
+include "batches.pxi"
 include "master.pxi"
 include "round.pxi"
 include "routing.pxi"
@@ -183,8 +192,8 @@ cdef class NativeEngine:
         self.masters = <Master *>calloc(self.n, sizeof(Master))
         self.fds = <hl_pollfd *>calloc(self.n, sizeof(hl_pollfd))
         self.fd_master = <int *>calloc(self.n, sizeof(int))
-        self.argv_ptr = <const char **>calloc(2 * MAX_PARTS + MAX_ARGS, sizeof(char *))
-        self.argv_len = <size_t *>calloc(2 * MAX_PARTS + MAX_ARGS, sizeof(size_t))
+        self.argv_ptr = <const char **>calloc(ARGV_ROOM, sizeof(char *))
+        self.argv_len = <size_t *>calloc(ARGV_ROOM, sizeof(size_t))
         if (self.masters == NULL or self.fds == NULL or self.fd_master == NULL
                 or self.argv_ptr == NULL or self.argv_len == NULL):
             raise MemoryError()
@@ -196,6 +205,7 @@ cdef class NativeEngine:
         self._channels = [None] * self.n
         self.script_bits = {}
         self.scripts = {}
+        self.batched = {}
         self.specs = specs
         self.generation = fork_generation
         for i in range(self.n):
@@ -420,6 +430,15 @@ cdef class NativeEngine:
             known = self._script(sha, source, numkeys)
         if type(argvs) is not tuple:
             argvs = tuple(argvs)
+        if len(<tuple>argvs) > 1 and numkeys > 0 and not self.routed:
+            # (contract: run) a few commands of the batching script, BATCH_ITEMS names each
+            batching = self.batched.get(sha, False)
+            if batching is False:
+                batching = self._batched(sha)
+            if batching is not None:
+                return _round(self, KIND_SCRIPT, <tuple>known[2], <tuple>known[3], argvs, None,
+                              (), timeout_ms, wait_all, honour_backoff, want_values, acquires,
+                              <uint32_t>batching[0], <tuple>batching, numkeys)
         return _round(self, KIND_SCRIPT, <tuple>known[2], <tuple>known[3], argvs, None, (),
                       timeout_ms, wait_all, honour_backoff, want_values, acquires,
                       <uint32_t>known[1])
@@ -427,14 +446,32 @@ cdef class NativeEngine:
     cdef tuple _script(self, bytes sha, bytes source, int numkeys):
         """A script's bit (see Master.scripts_known) and its commands' leading arguments, kept
         for the next rounds (for 64 scripts at most)."""
-        cdef uint32_t bit = self.script_bits.get(sha, 0)
-        if bit == 0 and len(self.script_bits) < 32:
-            bit = (<uint32_t>1) << len(self.script_bits)
-            self.script_bits[sha] = bit
+        cdef uint32_t bit = self._script_bit(sha)
         count = NUMKEYS[numkeys] if 0 <= numkeys < 10 else str(numkeys).encode()
         known = (numkeys, bit, (b"EVALSHA", sha, count), (b"EVAL", source, count))
         if len(self.scripts) < 64:
             self.scripts[sha] = known
+        return known
+
+    cdef uint32_t _script_bit(self, bytes sha):
+        """The script's bit in Master.scripts_known (0: more than 32 scripts, not tracked)."""
+        cdef uint32_t bit = self.script_bits.get(sha, 0)
+        if bit == 0 and len(self.script_bits) < 32:
+            bit = (<uint32_t>1) << len(self.script_bits)
+            self.script_bits[sha] = bit
+        return bit
+
+    cdef object _batched(self, bytes sha):
+        """The batching script of script `sha` (see _scripts.BATCHED), as _script gives a
+        script's, without the count (each command has its own), or None: kept for the next
+        rounds (for 64 scripts at most)."""
+        batching = _scripts.BATCHED.get(sha)
+        known = None
+        if batching is not None:
+            known = (self._script_bit(batching.sha), (b"EVALSHA", batching.sha),
+                     (b"EVAL", batching.source))
+        if len(self.batched) < 64:
+            self.batched[sha] = known
         return known
 
     cpdef run(self, request):

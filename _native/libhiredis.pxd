@@ -31,6 +31,8 @@ cdef extern from "hiredis/hiredis.h" nogil:
         long long integer
         size_t len
         char *str
+        size_t elements        # an array's (a batched script's reply)
+        redisReply **element
 
     ctypedef struct redisContext:
         int err

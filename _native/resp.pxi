@@ -132,14 +132,14 @@ cdef int _argv(NativeEngine self, Command *cmd, int k, bint as_eval) noexcept no
 
 
 cdef int _format_batch(NativeEngine self, Command *cmd) except -1:
-    """Formats every item's command (EVALSHA for scripts) into the engine's batch buffer."""
+    """Formats every command (EVALSHA for scripts) into the engine's batch buffer."""
     cdef size_t need = 0
     cdef char *out
     cdef char *grown
     cdef int k
     cdef int argc = 0
-    for k in range(cmd.n_items):
-        argc = _argv(self, cmd, k, False)
+    for k in range(cmd.n_units):
+        argc = _command_argv(self, cmd, k, False)
         need += command_size(argc, self.argv_len)
     if need > self.batch_cap:
         grown = <char *>realloc(self.batch, need)
@@ -148,9 +148,9 @@ cdef int _format_batch(NativeEngine self, Command *cmd) except -1:
         self.batch = grown
         self.batch_cap = need
     out = self.batch
-    for k in range(cmd.n_items):
-        if cmd.n_items > 1:  # (one item: the count above left its arguments laid out)
-            argc = _argv(self, cmd, k, False)
+    for k in range(cmd.n_units):
+        if cmd.n_units > 1:  # (one command: the count above left its arguments laid out)
+            argc = _command_argv(self, cmd, k, False)
         out = put_command(out, argc, self.argv_ptr, self.argv_len)
         cmd.item_end[k] = <size_t>(out - self.batch)
     cmd.batch = self.batch
@@ -201,7 +201,7 @@ cdef int odd_reply(redisReader *r, char kind, char *why) noexcept nogil:
             return 0
         snprintf(why, WHY_SIZE, b"protocol error: bad array length")
         return -1
-    if count == 0:
+    if count == 0 or count <= <unsigned long long>BATCH_ITEMS:  # (a batched script's reply)
         return 0
     if count > MAX_REPLY // 3:  # each element takes 3 bytes at least
         snprintf(why, WHY_SIZE, b"reply too large: an array of %.*s elements",

@@ -13,11 +13,12 @@
 cdef object _round(NativeEngine self, Kind kind, tuple head, tuple eval_head, tuple items,
                    tuple tokens, tuple tail, double timeout_ms, bint wait_all,
                    bint honour_backoff, bint want_values, bint acquires,
-                   uint32_t script_bit):
+                   uint32_t script_bit, tuple batching=None, int item_keys=0):
     """One round: run here with the GIL released (its results), or when beginning, started and
     handed back to be fed by a driver (a NativeRound). items: a tuple of rows (one tuple of
     arguments per item), or with tokens (SET), the keys: item k's arguments are items[k],
-    tokens[k]."""
+    tokens[k]. batching: a batched script's (its bit, EVALSHA head and EVAL head, without the
+    count; script_bit is then its bit), item_keys the keys in each row."""
     cdef bint columns = tokens is not None
     cdef int n_items = len(items)
     cdef int n_args, i, j, k
@@ -36,7 +37,7 @@ cdef object _round(NativeEngine self, Kind kind, tuple head, tuple eval_head, tu
         rnd = NativeRound.__new__(NativeRound)
         rnd.engine = self
         # the tuples the command points into, alive as long as the round
-        rnd.keep = (head, eval_head, items, tokens, tail)
+        rnd.keep = (head, eval_head, items, tokens, tail, batching)
         rnd.ended = True  # until it is handed out
         rnd.results = []
         cmd = &rnd.cmd
@@ -48,9 +49,20 @@ cdef object _round(NativeEngine self, Kind kind, tuple head, tuple eval_head, tu
     if not 0 < n_args <= MAX_ARGS:
         raise ValueError(f"a command takes 1 to {MAX_ARGS} arguments per item")
     self._grow(n_items)
-    memset(cmd, 0, sizeof(Command))
+    memset(cmd, 0, <size_t>(<char *>&cmd.item_keys - <char *>cmd))  # (see Command)
     cmd.kind = kind
     cmd.n_items = n_items
+    cmd.unit = 1
+    cmd.n_units = n_items
+    if batching is not None:
+        if not 0 < item_keys <= n_args:
+            raise ValueError("a script's keys are some of its arguments")
+        cmd.unit = BATCH_ITEMS
+        cmd.n_units = (n_items + BATCH_ITEMS - 1) // BATCH_ITEMS
+        cmd.item_keys = item_keys
+        cmd.per_key_len = snprintf(cmd.per_key, sizeof(cmd.per_key), b"%d", item_keys)
+        cmd.n_unit_head = _parts(batching[1], cmd.unit_head, cmd.unit_head_len)
+        _parts(batching[2], cmd.unit_eval_head, cmd.unit_eval_head_len)
     cmd.want_values = want_values
     cmd.acquires = acquires
     cmd.script_bit = script_bit
@@ -422,6 +434,16 @@ cdef void _queue_round(NativeEngine self, int i, Command *cmd, int64_t now) noex
     # a script the engine does not track (more than 32) relies on the NOSCRIPT fallback.
     cdef bint as_eval = cmd.script_bit != 0 and not (m.scripts_known & cmd.script_bit)
     cdef const char *failure
+    if cmd.unit > 1 and m.unbatched:
+        # (see Master.unbatched) each name's own script, as EVAL
+        for k in range(cmd.n_items):
+            failure = _append_eval(self, i, cmd, -1 - k)
+            if failure != NULL:
+                _fail_master(self, i, CONN_ERROR, failure, now)
+                return
+        m.want_write = True
+        _write(self, i, now)
+        return
     if m.n_carry >= 0:
         # a cluster node: only the keys of its slots, in the order the router gave
         for k in range(m.n_carry):
@@ -435,18 +457,18 @@ cdef void _queue_round(NativeEngine self, int i, Command *cmd, int64_t now) noex
         _write(self, i, now)
         return
     if as_eval:
-        for k in range(cmd.n_items):
+        for k in range(cmd.n_units):
             failure = _append_eval(self, i, cmd, k)
             if failure != NULL:
                 _fail_master(self, i, CONN_ERROR, failure, now)
                 return
         m.scripts_known |= cmd.script_bit
     else:
-        if m.slot_tail + cmd.n_items > m.slot_cap:
+        if m.slot_tail + cmd.n_units > m.slot_cap:
             _fail_master(self, i, CONN_ERROR, b"out of memory", now)
             return
         if m.tls:
-            failure = _put(self, i, cmd.batch, cmd.item_end[cmd.n_items - 1])
+            failure = _put(self, i, cmd.batch, cmd.item_end[cmd.n_units - 1])
             if failure != NULL:
                 _fail_master(self, i, CONN_ERROR, failure, now)
         elif m.ctx.obuf != NULL and m.ctx.obuf[0] == 0:
@@ -454,14 +476,14 @@ cdef void _queue_round(NativeEngine self, int i, Command *cmd, int64_t now) noex
             # from the engine's buffer, without a copy into libhiredis's.
             _send_batch(self, i, cmd, now)
         elif redisAppendFormattedCommand(
-                m.ctx, cmd.batch, cmd.item_end[cmd.n_items - 1]) == REDIS_ERR:
+                m.ctx, cmd.batch, cmd.item_end[cmd.n_units - 1]) == REDIS_ERR:
             _fail_master(self, i, CONN_ERROR, b"out of memory", now)
         else:
             m.want_write = True
             _write(self, i, now)
         if m.failed:
             return
-        for k in range(cmd.n_items):
+        for k in range(cmd.n_units):
             m.slots[m.slot_tail] = k
             m.slot_seq[m.slot_tail] = m.sent
             m.slot_tail += 1
@@ -475,7 +497,7 @@ cdef void _send_batch(NativeEngine self, int i, Command *cmd, int64_t now) noexc
     """Sends the round's batch on an idle connection; what the socket does not take now is
     queued in libhiredis's output buffer, written when the socket is writable."""
     cdef Master *m = &self.masters[i]
-    cdef size_t total = cmd.item_end[cmd.n_items - 1]
+    cdef size_t total = cmd.item_end[cmd.n_units - 1]
     cdef long sent = hl_send(hl_context_fd(m.ctx), cmd.batch, total)
     cdef int error
     if sent < 0:
@@ -491,14 +513,14 @@ cdef void _send_batch(NativeEngine self, int i, Command *cmd, int64_t now) noexc
 
 
 cdef const char *_append_eval(NativeEngine self, int i, Command *cmd, int k) noexcept nogil:
-    """Queues item k's script as EVAL (with its source) on master i; NULL, or why not."""
+    """Queues command k's script as EVAL (with its source) on master i; NULL, or why not."""
     cdef Master *m = &self.masters[i]
     cdef int argc, length
     cdef char *formatted = NULL
     cdef const char *failure
     if not _room(m, 1):
         return b"out of memory"
-    argc = _argv(self, cmd, k, True)
+    argc = _command_argv(self, cmd, k, True)
     length = format_command(&formatted, argc, self.argv_ptr, self.argv_len)
     if length < 0:
         return b"out of memory"
@@ -520,9 +542,9 @@ cdef void _owe_evals(NativeEngine self, Master *m, Command *cmd) noexcept nogil:
     cdef char *formatted
     cdef Redo *redo
     for j in range(m.slot_head, m.slot_tail):
-        if m.slots[j] < 0:
+        if m.slots[j] < 0 and cmd.unit == 1:
             continue  # an ASKING
-        argc = _argv(self, cmd, m.slots[j], True)
+        argc = _command_argv(self, cmd, m.slots[j], True)
         formatted = NULL
         length = format_command(&formatted, argc, self.argv_ptr, self.argv_len)
         redo = <Redo *>malloc(sizeof(Redo))
@@ -623,13 +645,13 @@ cdef void _drain(NativeEngine self, int i, Command *cmd, int64_t now) noexcept n
         elif m.slot_head < m.slot_tail:
             k = m.slots[m.slot_head]
             m.slot_head += 1
-            if k < 0:
+            if cmd.unit > 1:
+                _take_batched(self, cmd, k, i, reply, now)
+            elif k < 0:
                 # the ASKING before key -1 - k's command (a cluster node): an error is its vote
                 if reply.type == REDIS_REPLY_ERROR:
                     _vote(self, -1 - k, i, ERROR, reply.str)
-            elif cmd.kind == KIND_SCRIPT and reply.type != REDIS_REPLY_ERROR:
-                m.scripts_known |= cmd.script_bit
-            if (cmd.kind == KIND_SCRIPT and reply.type == REDIS_REPLY_ERROR
+            elif (cmd.kind == KIND_SCRIPT and reply.type == REDIS_REPLY_ERROR
                     and strncmp(reply.str, b"NOSCRIPT", 8) == 0):
                 # NOSCRIPT (a SCRIPT FLUSH): its EVAL goes now, and its reply is waited for
                 m.scripts_known &= ~cmd.script_bit
@@ -644,6 +666,8 @@ cdef void _drain(NativeEngine self, int i, Command *cmd, int64_t now) noexcept n
                          or strncmp(reply.str, b"ASK ", 4) == 0)):
                 _redirect(self, cmd, k, i, reply.str, now)
             else:
+                if cmd.kind == KIND_SCRIPT and reply.type != REDIS_REPLY_ERROR:
+                    m.scripts_known |= cmd.script_bit
                 _count(self, cmd, k, i, reply)
         hl_free_reply(raw)
         if m.failed:

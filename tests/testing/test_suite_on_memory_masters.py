@@ -41,7 +41,7 @@ from test_batch import (  # noqa: E402, F401  (collected here)
     test_batch_locks_are_ordinary_locks,
     test_each_name_judged_on_its_own_quorum,
     test_names_taken_on_a_majority_get_none,
-    test_one_set_per_name_per_master_and_one_release_per_lock,
+    test_one_set_per_name_per_master_and_the_releases_batched,
     test_release_many_with_a_lock_not_held_leaves_no_lock_in_limbo,
 )
 from test_fairlock import (  # noqa: E402, F401  (collected here)

@@ -68,6 +68,44 @@ EXTEND = _script(
 )
 
 
+# A round of many names for one of the scripts above (the releases of 100 tasks, a release_many, a
+# renewal of many locks) goes to a standalone master as a few commands, not one per name: each
+# runs the script for up to SCRIPT_BATCH_ITEMS names in turn (one EVALSHA costs the server about
+# as much as the script's own work; one per name is a quarter of its time per lock cycle). The
+# engines do it (see the engine contract's run); a name's vote is the same as its own EVALSHA's.
+SCRIPT_BATCH_ITEMS = 64
+
+
+def _batched(item: Script) -> Script:
+    """(Lua: runs `item` for each of the names of the call, in order. KEYS: the names' keys back
+    to back, ARGV[1] of them each; ARGV[2:]: their other arguments back to back. The reply is an
+    array of each name's reply; a name whose script raised (a WRONGTYPE key) has its error there,
+    so the error stays that name's and the others still run. Each name's KEYS and ARGV are the
+    same two tables, refilled: the scripts batched keep no reference to them.)"""
+    return _script(
+        "local function item(KEYS, ARGV) " + item.source.decode() + " end "
+        "local per_key = tonumber(ARGV[1]) "
+        "local count = #KEYS / per_key "
+        "local per_arg = (#ARGV - 1) / count "
+        "local replies, keys, args = {}, {}, {} "
+        "for i = 0, count - 1 do "
+        "for j = 1, per_key do keys[j] = KEYS[i * per_key + j] end "
+        "for j = 1, per_arg do args[j] = ARGV[1 + i * per_arg + j] end "
+        "local ran, reply = pcall(item, keys, args) "
+        "if not ran then "
+        "reply = {err = type(reply) == 'table' and reply.err or tostring(reply)} "
+        "elseif reply == nil then reply = false end "
+        "replies[i + 1] = reply end "
+        "return replies",
+        acquires=item.acquires,
+    )
+
+
+# The scripts an engine may run batched (their sha -> the batching script): scripts of one name
+# each (numkeys >= 1) that reply with an integer or nil.
+BATCHED = {item.sha: _batched(item) for item in (RELEASE, RELEASE_AFTER_FAILURE, EXTEND)}
+
+
 # A multilock (see _core/multilocks.py): KEYS = its names' keys, ARGV[1] = token. Each master
 # takes all of them or none (a script runs alone), so its vote is the whole lock's.
 # Taking: SET NX PX each (ARGV[2] = ttl ms); where one is held, the ones set are deleted: 0.

@@ -168,7 +168,13 @@ class Engine(Protocol):
         NOSCRIPT, and on a connection that has not run this script yet (so that no lost NOSCRIPT
         reply can leave the script unrun); a reply that comes after the round ended gets its EVAL
         too when it says NOSCRIPT, unless the request acquires (see Script.acquires); OK on an
-        integer reply > 0, TAKEN on 0 or nil; every argv has the same length. honour_backoff: a
+        integer reply > 0, TAKEN on 0 or nil; every argv has the same length. A script of
+        hiredlock._core.scripts.BATCHED with numkeys >= 1, for two argvs or more, on a master
+        that is not a cluster place, goes as that batching script instead: one command for each
+        SCRIPT_BATCH_ITEMS argvs (EVALSHA and EVAL as above, with the batching script's sha and
+        source), whose array reply gives each argv the vote its own reply would (an error in
+        it is that argv's ERROR vote; an error reply to the command is the vote of each of its
+        argvs). honour_backoff: a
         best-effort round (an acquire, or the unlock after a failed attempt): like SetNx, do not
         reconnect to masters that failed a moment ago; with wait_all, do not wait for lagging
         masters even while undecided. Release and extend rounds always try, and wait for, every

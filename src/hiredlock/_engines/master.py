@@ -66,6 +66,7 @@ class Master(Link):
         "owed",
         "scripts",
         "todo",
+        "unbatched",
         "unqueued",
         "waited",
         "warm",
@@ -94,6 +95,9 @@ class Master(Link):
         self.todo = 0  # replies of the current round still owed
         self.fresh = False  # its connection opened or came up in (or just before) this round
         self.unqueued = False  # no round's commands queued on its connection yet
+        # it refused a batched script's command with CROSSSLOT (a cluster-mode server given as a
+        # master: the names of a batch may be in several slots): its names go one by one
+        self.unbatched = False
         self.deadline = 0  # when the current round stops waiting for it
         self.connect_deadline = 0  # a connect still pending then has failed (see _Round.end)
         self.waited = True  # rounds that wait for all wait for it (see master_policy: lagging)

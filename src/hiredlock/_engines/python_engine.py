@@ -19,7 +19,7 @@ from typing import Any, Optional
 from .._core.fork import generation as _fork_generation
 from .._core.masters import MasterSpec
 from .._core.requests import RoundRequest, SetNx
-from .._core.scripts import CONNECT_TIMEOUT_MIN_MS
+from .._core.scripts import BATCHED, CONNECT_TIMEOUT_MIN_MS, SCRIPT_BATCH_ITEMS
 from .._core.scripts import quorum as _quorum_of
 from . import link as _link
 from . import resolver as _resolver
@@ -44,7 +44,8 @@ from .master import (
 from .master_policy import MasterPolicy
 from .poller import POLLIN, new_poller
 from .resp import NOT_READY, ProtocolError, ReplyError, pack_command, pack_set_nx_px
-from .round import Evals, Round, run_blocking
+from .round import Round, run_blocking
+from .script_commands import Evals, batch_rows
 from .votes import Votes
 
 _CONNECT_MIN_NS = int(CONNECT_TIMEOUT_MIN_MS * 1_000_000)
@@ -94,8 +95,28 @@ class PythonEngine:
             return self._begin(
                 KIND_SET, commands, None, None, request.timeout_ms, False, True, False, keys
             )
-        count = b"%d" % request.numkeys
         argvs = request.argvs
+        batched = None
+        if self.router is None and request.numkeys > 0 and len(argvs) > 1:
+            batched = BATCHED.get(request.sha)
+        if batched is not None:
+            # (contract: run) a few commands of the batching script, up to SCRIPT_BATCH_ITEMS
+            # names each
+            rows = batch_rows(request.numkeys, argvs)
+            count = b"%d" % request.numkeys
+            return self._begin(
+                KIND_SCRIPT,
+                [pack_command((b"EVALSHA", batched.sha, *row)) for row in rows],
+                Evals(batched.source, None, rows, request.acquires),
+                batched.sha,
+                request.timeout_ms,
+                request.wait_all,
+                request.honour_backoff,
+                request.want_values,
+                None,
+                Evals(request.source, count, argvs, request.acquires),
+            )
+        count = b"%d" % request.numkeys
         commands = [pack_command((b"EVALSHA", request.sha, count, *argv)) for argv in argvs]
         return self._begin(
             KIND_SCRIPT,
@@ -155,7 +176,10 @@ class PythonEngine:
         honour_backoff: bool,
         want_values: bool,
         keys: Optional[Sequence[bytes]] = None,
+        item_evals: Optional[Evals] = None,
     ) -> Round:
+        """item_evals: when the commands are a batched script's, each name's own script as EVAL
+        (for a master that takes no batch: see Master.unbatched)."""
         if not commands:  # nothing to do: a round with no masters, finished already
             now = time.monotonic_ns()
             votes = Votes(0, self._places, self._quorum, now, want_values)
@@ -174,7 +198,8 @@ class PythonEngine:
             master.busy = master.carries is None or bool(master.carries)
         t0 = time.monotonic_ns()
         timeout_ns = int(timeout_ms * 1_000_000)
-        votes = Votes(len(commands), self._places, self._quorum, t0, want_values)
+        n_keys = len(commands) if item_evals is None else len(item_evals.argvs)
+        votes = Votes(n_keys, self._places, self._quorum, t0, want_values)
         rnd = Round(
             masters,
             self._policy,
@@ -189,6 +214,9 @@ class PythonEngine:
             wait_all and honour_backoff,
         )
         rnd.router = router
+        if item_evals is not None:
+            rnd.unit = SCRIPT_BATCH_ITEMS
+            rnd.item_evals = item_evals
         try:
             self._refresh(rnd)
             self._start(rnd, t0, honour_backoff)

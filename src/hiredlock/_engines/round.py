@@ -32,40 +32,10 @@ from .master import (
 )
 from .master_policy import MasterPolicy, MasterReport
 from .poller import POLLIN, POLLOUT, new_poller
-from .resp import NOT_READY, ProtocolError, ReplyError, ReplyTooLarge, pack_command
+from .resp import NOT_READY, ProtocolError, ReplyError, ReplyTooLarge
 from .routing import MAX_REDIRECTS
+from .script_commands import Evals
 from .votes import Votes
-
-
-class Evals:
-    """Each item's script as EVAL (with its source), formatted when first needed: on a connection
-    that has not run the script yet, after NOSCRIPT, or for a reply the round leaves owed (not
-    for an acquire's: see Script.acquires)."""
-
-    __slots__ = ("acquires", "argvs", "batch", "count", "packed", "source")
-
-    def __init__(
-        self, source: bytes, count: bytes, argvs: Sequence[tuple[bytes, ...]], acquires: bool
-    ) -> None:
-        self.source = source
-        self.count = count
-        self.argvs = argvs
-        self.acquires = acquires
-        self.packed: list[Optional[bytes]] = [None] * len(argvs)
-        self.batch: Optional[bytes] = None
-
-    def __getitem__(self, item: int) -> bytes:
-        packed = self.packed[item]
-        if packed is None:
-            packed = self.packed[item] = pack_command(
-                (b"EVAL", self.source, self.count, *self.argvs[item])
-            )
-        return packed
-
-    def all(self) -> bytes:
-        if self.batch is None:
-            self.batch = b"".join(self[item] for item in range(len(self.packed)))
-        return self.batch
 
 
 class Round:
@@ -92,6 +62,7 @@ class Round:
         "evals",
         "failed",
         "fresh_deadline",
+        "item_evals",
         "kind",
         "lagged",
         "lagging",
@@ -106,6 +77,7 @@ class Round:
         "redirects",
         "router",
         "sha",
+        "unit",
         "unreached",
         "up",
         "votes",
@@ -154,6 +126,11 @@ class Round:
         self.reasons: Optional[dict[int, tuple[int, str]]] = None
         self.router: Any = None  # the engine's routing table (see _engines/routing.py), if any
         self.redirects: Optional[dict[int, int]] = None  # key -> times sent elsewhere
+        # names per command: 1, or a batched script's SCRIPT_BATCH_ITEMS (command c carries
+        # names c * unit onwards); a batched round's names sent one by one (to an unbatched
+        # master) go as EVAL of their own script (item_evals), owed as -1 - name
+        self.unit = 1
+        self.item_evals: Optional[Evals] = None
 
     # -- what a driver calls (contract: Round) ---------------------------------------------------
 
@@ -311,7 +288,12 @@ class Round:
         master.unqueued = False
         sha = self.sha  # (given with evals: a script's round)
         carries = master.carries
-        if self.evals is not None and sha is not None and sha not in master.scripts:
+        # a batched round's names on a master that takes no batch (see Master.unbatched): each
+        # name's script as EVAL of its own, owed as -1 - name
+        one_by_one = self.unit > 1 and master.unbatched
+        if one_by_one:
+            data = self.item_evals.all()  # type: ignore[union-attr]
+        elif self.evals is not None and sha is not None and sha not in master.scripts:
             # not sent on this connection yet: EVAL (see Master.scripts)
             evals = self.evals
             data = evals.all() if carries is None else b"".join(evals[k] for k in carries)
@@ -328,6 +310,10 @@ class Round:
         if carries is not None:
             owed.extend(carries)
             master.todo = len(carries)
+        elif one_by_one:
+            names = len(self.votes.codes)
+            owed.extend(range(-1, -1 - names, -1))
+            master.todo = names
         elif len(self.commands) == 1:
             owed.append(0)
             master.todo = 1
@@ -404,6 +390,10 @@ class Round:
                 master.todo -= 1
                 if self.lagging & master.bit:
                     self.caught_up |= master.bit  # every earlier reply came first
+                if self.unit > 1:
+                    if not self._count_batched(master, entry, reply):
+                        return False
+                    continue
                 if self.sha is not None:
                     if type(reply) is not ReplyError:
                         master.scripts.add(self.sha)
@@ -441,6 +431,42 @@ class Round:
                 if not self._send(master, entry):
                     return False
                 owed.append(None)
+
+    def _count_batched(self, master: Master, entry: int, reply: Any) -> bool:
+        """A reply in a batched round: to a name sent on its own (entry -1 - name), or to the
+        batching script's command number `entry`. False when the connection failed."""
+        votes = self.votes
+        if entry < 0:
+            if type(reply) is ReplyError and reply.text.startswith("READONLY"):
+                self.readonly |= master.bit  # (master_policy: READONLY)
+            votes.count(-1 - entry, master.column, self.kind, reply)
+            return True
+        first = entry * self.unit
+        names = min(self.unit, len(votes.codes) - first)
+        if type(reply) is not ReplyError:
+            master.scripts.add(self.sha)  # type: ignore[arg-type]
+        elif reply.text.startswith("NOSCRIPT"):
+            # The script cache was flushed: send the source, and wait for that reply.
+            master.scripts.discard(self.sha)
+            if not self._send(master, self.evals[entry]):  # type: ignore[index]
+                return False
+            master.owed.append(entry)
+            master.todo += 1
+            return True
+        elif reply.text.startswith("CROSSSLOT"):
+            # A cluster-mode server: none of the command's names ran. Each goes on its own,
+            # now and in the later rounds.
+            master.unbatched = True
+            item_evals = self.item_evals
+            assert item_evals is not None
+            if not self._send(master, b"".join(item_evals[k] for k in range(first, first + names))):
+                return False
+            master.owed.extend(range(-1 - first, -1 - first - names, -1))
+            master.todo += names
+            return True
+        if votes.count_batch(first, names, master.column, reply):
+            self.readonly |= master.bit  # (master_policy: READONLY)
+        return True
 
     def _redirect(self, master: Master, key: int, text: str) -> bool:
         """A MOVED or ASK reply to `key`'s command: sent, in this round, to the link the router
@@ -509,12 +535,20 @@ class Round:
         evals = self.evals
         if evals is not None and evals.acquires:
             evals = None  # a late acquire never runs (Script.acquires)
-        master.owed = deque(
-            ((None if evals is None else evals[entry]) if type(entry) is int else entry)
-            if type(entry) is not tuple
-            else None  # (an ASKING's reply)
-            for entry in master.owed
-        )
+        item_evals = self.item_evals
+        owed: deque[Any] = deque()
+        for entry in master.owed:
+            if type(entry) is int:
+                if evals is None:
+                    entry = None
+                elif entry >= 0:
+                    entry = evals[entry]
+                else:  # (a batched round's name sent on its own)
+                    entry = item_evals[-1 - entry]  # type: ignore[index]
+            elif type(entry) is tuple:
+                entry = None  # (an ASKING's reply)
+            owed.append(entry)
+        master.owed = owed
         master.todo = 0
         if end >= master.deadline:  # an early-decided round leaves the mark as it was
             self.lagged |= master.bit

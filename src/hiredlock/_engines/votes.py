@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any, Optional
 
 from .contract import RoundResult
-from .master import ERROR, KIND_SET, OK, PENDING, SKIPPED, TAKEN, TIMEOUT
+from .master import ERROR, KIND_SCRIPT, KIND_SET, OK, PENDING, SKIPPED, TAKEN, TIMEOUT
 from .resp import ReplyError
 
 _MAX_DETAIL = 400  # characters of an error text kept in a vote (as the native engine)
@@ -102,6 +102,24 @@ class Votes:
             self.vote(key, master, TAKEN)
         else:
             self.vote(key, master, ERROR, "unexpected reply to the script")
+
+    def count_batch(self, first: int, names: int, master: int, reply: Any) -> bool:
+        """Turns a batched script's reply (see scripts.BATCHED), an array of the replies of the
+        names from `first` on, into their votes, each as its own reply; an error reply is each
+        name's vote. True when a name's reply says READONLY."""
+        if type(reply) is list and len(reply) == names:
+            readonly = False
+            for key, one in enumerate(reply, first):
+                self.count(key, master, KIND_SCRIPT, one)
+                if type(one) is ReplyError and one.text.startswith("READONLY"):
+                    readonly = True
+            return readonly
+        for key in range(first, first + names):
+            if type(reply) is ReplyError:
+                self.vote(key, master, ERROR, reply.text)
+            else:
+                self.vote(key, master, ERROR, "unexpected reply to the batched script")
+        return type(reply) is ReplyError and reply.text.startswith("READONLY")
 
     def explain_pending(self, master: int, detail: str, keys: Optional[list[int]] = None) -> None:
         """Gives the master's pending votes on undecided keys (they end as TIMEOUT) a reason."""
