@@ -119,6 +119,17 @@ soak: install
 	fi
 	HIREDLOCK_SOAK=1 $(PY) -m pytest -q -rA -m soak tests $(SOAK_ARGS)
 
+# The compiled code under valgrind's memcheck (tools/memcheck.py): tests of the native engine's
+# paths where a C index can go wrong (a cluster's MOVED and ASK, batched scripts), failing on any
+# invalid read or write, or use of an uninitialised value, in hiredlock's code. valgrind is
+# installed when missing. MEMCHECK_ARGS replaces the tests (pytest arguments).
+MEMCHECK_ARGS ?= -k native tests/engine/test_cluster_routing.py tests/engine/test_batched_scripts.py
+.PHONY: memcheck
+memcheck: install
+	@command -v valgrind >/dev/null || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -q && $$SUDO apt-get install -y -q valgrind; }
+	$(PY) tools/memcheck.py $(MEMCHECK_ARGS)
+
 # The deterministic simulation (sim/): SIM_LIFETIMES lock lifetimes from seed SIM_SEED, with a
 # progress bar and a summary of what was exercised; exits 1 on a violated invariant, printing the
 # seed that replays it. Runs the library as installed in this tree (`make install`).
