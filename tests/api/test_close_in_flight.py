@@ -353,3 +353,22 @@ def test_aclose_with_rounds_in_flight(engine, masters5, key, run_async, last_mas
             2.0,
             f"the client's connections to {srv.port} closed (before: {before})",
         )
+
+
+def test_close_waits_for_a_release_under_way_in_another_thread(engine, masters5, key):
+    """A holder's release has let go of its lock (the lock is no longer one close() releases)
+    and its round waits on a master that pauses writes for 300 ms: close() returns only once that
+    round has ended, so no key of ours is left when it returns."""
+    servers = masters5[:3]
+    rl = Redlock(urls(servers), backend=engine, master_timeout=2.0)
+    lock = rl.lock(f"{key}:held", TTL)
+    assert lock.acquire(blocking=False)
+    servers[0].admin().execute_command("CLIENT", "PAUSE", 300, "WRITE")
+    releasing = threading.Thread(target=lock.release)
+    releasing.start()
+    wait_until(lambda: not lock.held, 5, "the release to let go of the lock")
+    rl.close()
+    left = keys_of(servers, key)
+    releasing.join(10)
+    assert not left, f"{len(left)} keys left when close() returned: {left}"
+    assert not keys_of(servers, key), "keys left after the release ended"

@@ -125,15 +125,20 @@ def release_many_steps(
             raise NotHeld(f"lock {lock.name!r} is not held by this {lock_class.__name__} object")
     if len({id(lock) for lock in batch}) != len(batch):
         raise ValueError("a lock must not repeat in one batch")
-    let_go = [lock._let_go() for lock in batch]
-    timeout_ms = max(lock._timeout_ms for lock in batch)
-    results = yield script(
-        _scripts.RELEASE,
-        1,
-        [(lock.key, token, lock._announce) for lock, (token, _lost) in zip(batch, let_go)],
-        timeout_ms,
-        True,
-    )
+    let_go: list[tuple[bytes, bool]] = []
+    try:
+        for lock in batch:
+            let_go.append(lock._let_go())
+        timeout_ms = max(lock._timeout_ms for lock in batch)
+        results = yield script(
+            _scripts.RELEASE,
+            1,
+            [(lock.key, token, lock._announce) for lock, (token, _lost) in zip(batch, let_go)],
+            timeout_ms,
+            True,
+        )
+    finally:
+        session.end_acquire(len(let_go))  # (each let go was counted: see LockState._let_go)
     errors = [
         (lock, error)
         for lock, (_token, lost), result in zip(batch, let_go, results)

@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from .compat import Unpack
     from .options import LockKeywords as _Keywords
 
-
 _TOKEN_CHARS = 2 * _scripts.TOKEN_BYTES
 _RELEASE = _scripts.RELEASE
 _EXTEND = _scripts.EXTEND
@@ -528,6 +527,7 @@ class LockState:
                 raise NotHeld(f"lock {self._name!r} is not held by this {self._kind} object")
             lost = self._lost
             self._forget()
+            self._session.under_way += 1  # (close() waits for the caller's end_acquire())
             gate = self._gate  # (freed under the same take of the mutex, unless it has waiters)
             waited = gate.is_held() and gate.leave_under_mutex()
         self._session.held.discard(self._registry_ref)

@@ -291,39 +291,51 @@ class LockBase(LockState):
         """Sends the unlock for `token` to every master after an interruption (one round, bounded
         by the per-master timeout), and forgets the lock if it was already taken. Best effort: a
         failure here is logged, and the interruption that brought us here is what propagates."""
-        if self._token == token:
+        let_go = self._token == token
+        if let_go:
             self._let_go()
         self._unlocked_token = token
-        if self._session.rounds_closed:
-            return  # nothing went out (a closed client refuses every round), nor can it now
         try:
+            if self._session.rounds_closed:
+                return  # nothing went out (a closed client refuses every round), nor can it now
             yield self._unlock_request(token, Cleanup)
         except Exception as exc:
             _observe.lock_log.warning(
                 "hiredlock: unlocking %r after an exception failed: %s", self._name, exc
             )
+        finally:
+            if let_go:  # (counted as under way by _let_go, until this round has ended)
+                self._session.end_acquire()
 
     # -- release -------------------------------------------------------------------------------
 
     def _release_steps(self) -> Steps:
-        """Unlocks every master; LockLost when fewer than a quorum still held our token."""
+        """Unlocks every master; LockLost when fewer than a quorum still held our token. Counted
+        as under way for the client's close() until its round has ended (see
+        LockState._let_go): a lock let go is not one close() releases."""
         # Taken before letting go: an interrupt may come inside let_go, after it forgot the
         # token (a signal handler runs at the next call into C), and the unlock must still go out.
         token = self._token
-        try:
-            token, lost = self._let_go()
-            result = (yield self._release_request(token))[0]
-        except NotHeld:
-            if self._released_by_close and self._session.closed:
-                self._released_by_close = False
-                return  # close() released it a moment ago: one of the two releases wins
-            raise  # nothing of ours to unlock (in a forked child: the parent's lock)
-        except BaseException:
-            if token is not None:  # interrupted: the unlock still goes out
-                yield from self._unlock_steps(token)
-            raise
-        # (the quorum test of _released, spelled out: this is half of every lock cycle)
         session = self._session
+        let_go = False
+        try:
+            try:
+                token, lost = self._let_go()
+                let_go = True
+                result = (yield self._release_request(token))[0]
+            except NotHeld:
+                if self._released_by_close and session.closed:
+                    self._released_by_close = False
+                    return  # close() released it a moment ago: one of the two releases wins
+                raise  # nothing of ours to unlock (in a forked child: the parent's lock)
+            except BaseException:
+                if token is not None:  # interrupted: the unlock still goes out
+                    yield from self._unlock_steps(token)
+                raise
+        finally:
+            if let_go:
+                session.end_acquire()
+        # (the quorum test of _released, spelled out: this is half of every lock cycle)
         oks = _oks(result[0])
         if lost or oks < session.quorum:
             raise self._release_lost(result, lost)

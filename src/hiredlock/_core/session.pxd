@@ -51,10 +51,10 @@ cdef class Session:
     cdef public Py_ssize_t under_way
     cdef public object wake
 
-    # (called in C by counted_acquire, on every acquire's path; name_keys and timing by a lock
-    # object's __init__, registry_entry by its first acquire)
+    # (called in C: by counted_acquire, on every acquire's path, end_acquire by every release too;
+    # name_keys and timing by a lock object's __init__, registry_entry by its first acquire)
     cpdef begin_acquire(self)
-    cpdef end_acquire(self)
+    cpdef end_acquire(self, Py_ssize_t count=*)
     cpdef NameKeys name_keys(self, name)
     cpdef timing(self, ttl)
     cpdef registry_entry(self, lock)

@@ -175,7 +175,9 @@ class Session:
         # are read and written under it (see state_mutex.py).
         self.state_mutex = StateMutex()
         self.mutex = threading.Lock()  # the rest: the settling of the acquires, the watchdog
-        self.under_way = 0  # how many acquires' steps are under way (see begin_acquire)
+        # acquires under way (see begin_acquire), and locks let go whose release or unlock round
+        # has not ended (LockState._let_go counts them: close() no longer releases those itself)
+        self.under_way = 0
         self._settled = threading.Condition(self.mutex)
         self._on_settled: list[Callable[[], None]] = []
         self.generation = _fork_generation[0]  # the process (see _fork) the state above is of
@@ -276,10 +278,11 @@ class Session:
         finally:
             self.end_acquire()
 
-    def end_acquire(self) -> None:
+    def end_acquire(self, count: int = 1) -> None:
+        """An acquire has ended, or the rounds of `count` locks let go (see under_way)."""
         with self.state_mutex.lock:
             if self.under_way > 0:  # (begun before a fork: this process's count began after it)
-                self.under_way -= 1
+                self.under_way = max(0, self.under_way - count)
             settled = self.under_way == 0 and self.closed
         if not settled:
             return
