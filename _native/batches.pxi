@@ -66,38 +66,24 @@ cdef inline int _command_argv(NativeEngine self, Command *cmd, int c, bint as_ev
 
 cdef void _take_batched(NativeEngine self, Command *cmd, int k, int i, redisReply *reply,
                         int64_t now) noexcept nogil:
-    """A reply in a batched round: to key -1 - k's own EVAL (k < 0), or to command k."""
+    """The reply to a batched round's command k (its NOSCRIPT is _drain's, as any script's):
+    CROSSSLOT, or each of its names' votes."""
     cdef Master *m = &self.masters[i]
     cdef const char *refused = NULL
-    cdef int first, j
-    if k < 0:
-        _count(self, cmd, -1 - k, i, reply)
-        return
-    if reply.type != REDIS_REPLY_ERROR:
-        m.scripts_known |= cmd.script_bit
+    cdef int j
+    if reply.type != REDIS_REPLY_ERROR or strncmp(reply.str, b"CROSSSLOT", 9) != 0:
         _count_batch(self, cmd, k, i, reply)
         return
-    if strncmp(reply.str, b"NOSCRIPT", 8) == 0:
-        # a SCRIPT FLUSH: its EVAL goes now, and its reply is waited for
-        m.scripts_known &= ~cmd.script_bit
-        refused = _append_eval(self, i, cmd, k)
-    elif strncmp(reply.str, b"CROSSSLOT", 9) == 0:
-        # A cluster-mode server: none of the command's names ran. Each goes on its own, now
-        # and in the later rounds.
-        m.unbatched = True
-        first = k * cmd.unit
-        for j in range(first, min(first + cmd.unit, cmd.n_items)):
-            refused = _append_eval(self, i, cmd, -1 - j)
-            if refused != NULL:
-                break
-    else:
-        _count_batch(self, cmd, k, i, reply)
-        return
-    if refused != NULL:
-        _fail_master(self, i, CONN_ERROR, refused, now)
-    else:
-        m.want_write = True
-        _write(self, i, now)
+    # A cluster-mode server: none of the command's names ran. Each goes on its own, now and in
+    # the later rounds.
+    m.unbatched = True
+    for j in range(k * cmd.unit, min((k + 1) * cmd.unit, cmd.n_items)):
+        refused = _append_eval(self, i, cmd, -1 - j)
+        if refused != NULL:
+            _fail_master(self, i, CONN_ERROR, refused, now)
+            return
+    m.want_write = True
+    _write(self, i, now)
 
 
 cdef void _count_batch(NativeEngine self, Command *cmd, int u, int i,

@@ -434,16 +434,9 @@ cdef void _queue_round(NativeEngine self, int i, Command *cmd, int64_t now) noex
     # a script the engine does not track (more than 32) relies on the NOSCRIPT fallback.
     cdef bint as_eval = cmd.script_bit != 0 and not (m.scripts_known & cmd.script_bit)
     cdef const char *failure
-    if cmd.unit > 1 and m.unbatched:
-        # (see Master.unbatched) each name's own script, as EVAL
-        for k in range(cmd.n_items):
-            failure = _append_eval(self, i, cmd, -1 - k)
-            if failure != NULL:
-                _fail_master(self, i, CONN_ERROR, failure, now)
-                return
-        m.want_write = True
-        _write(self, i, now)
-        return
+    # a batched round on a master that takes no batch (see Master.unbatched): each name's own
+    # script, as EVAL (command -1 - k)
+    cdef bint one_by_one = cmd.unit > 1 and m.unbatched
     if m.n_carry >= 0:
         # a cluster node: only the keys of its slots, in the order the router gave
         for k in range(m.n_carry):
@@ -456,13 +449,14 @@ cdef void _queue_round(NativeEngine self, int i, Command *cmd, int64_t now) noex
         m.want_write = True
         _write(self, i, now)
         return
-    if as_eval:
-        for k in range(cmd.n_units):
-            failure = _append_eval(self, i, cmd, k)
+    if as_eval or one_by_one:
+        for k in range(cmd.n_items if one_by_one else cmd.n_units):
+            failure = _append_eval(self, i, cmd, -1 - k if one_by_one else k)
             if failure != NULL:
                 _fail_master(self, i, CONN_ERROR, failure, now)
                 return
-        m.scripts_known |= cmd.script_bit
+        if not one_by_one:
+            m.scripts_known |= cmd.script_bit
     else:
         if m.slot_tail + cmd.n_units > m.slot_cap:
             _fail_master(self, i, CONN_ERROR, b"out of memory", now)
@@ -645,11 +639,12 @@ cdef void _drain(NativeEngine self, int i, Command *cmd, int64_t now) noexcept n
         elif m.slot_head < m.slot_tail:
             k = m.slots[m.slot_head]
             m.slot_head += 1
-            if cmd.unit > 1:
-                _take_batched(self, cmd, k, i, reply, now)
-            elif k < 0:
-                # the ASKING before key -1 - k's command (a cluster node): an error is its vote
-                if reply.type == REDIS_REPLY_ERROR:
+            if k < 0:
+                if cmd.unit > 1:
+                    # a batched round's key -1 - k, sent on its own (as EVAL: see batches.pxi)
+                    _count(self, cmd, -1 - k, i, reply)
+                elif reply.type == REDIS_REPLY_ERROR:
+                    # the ASKING before key -1 - k's command (a cluster node): its vote
                     _vote(self, -1 - k, i, ERROR, reply.str)
             elif (cmd.kind == KIND_SCRIPT and reply.type == REDIS_REPLY_ERROR
                     and strncmp(reply.str, b"NOSCRIPT", 8) == 0):
@@ -668,7 +663,10 @@ cdef void _drain(NativeEngine self, int i, Command *cmd, int64_t now) noexcept n
             else:
                 if cmd.kind == KIND_SCRIPT and reply.type != REDIS_REPLY_ERROR:
                     m.scripts_known |= cmd.script_bit
-                _count(self, cmd, k, i, reply)
+                if cmd.unit == 1:
+                    _count(self, cmd, k, i, reply)
+                else:
+                    _take_batched(self, cmd, k, i, reply, now)
         hl_free_reply(raw)
         if m.failed:
             return

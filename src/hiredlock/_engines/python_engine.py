@@ -96,38 +96,32 @@ class PythonEngine:
                 KIND_SET, commands, None, None, request.timeout_ms, False, True, False, keys
             )
         argvs = request.argvs
+        count = b"%d" % request.numkeys
+        own = Evals(request.source, count, argvs, request.acquires)
         batched = None
         if self.router is None and request.numkeys > 0 and len(argvs) > 1:
             batched = BATCHED.get(request.sha)
-        if batched is not None:
+        if batched is None:
+            commands = [pack_command((b"EVALSHA", request.sha, count, *argv)) for argv in argvs]
+            evals, sha, item_evals = own, request.sha, None
+        else:
             # (contract: run) a few commands of the batching script, up to SCRIPT_BATCH_ITEMS
-            # names each
+            # names each; each name's own EVAL for a master that takes no batch
             rows = batch_rows(request.numkeys, argvs)
-            count = b"%d" % request.numkeys
-            return self._begin(
-                KIND_SCRIPT,
-                [pack_command((b"EVALSHA", batched.sha, *row)) for row in rows],
-                Evals(batched.source, None, rows, request.acquires),
-                batched.sha,
-                request.timeout_ms,
-                request.wait_all,
-                request.honour_backoff,
-                request.want_values,
-                None,
-                Evals(request.source, count, argvs, request.acquires),
-            )
-        count = b"%d" % request.numkeys
-        commands = [pack_command((b"EVALSHA", request.sha, count, *argv)) for argv in argvs]
+            commands = [pack_command((b"EVALSHA", batched.sha, *row)) for row in rows]
+            evals = Evals(batched.source, None, rows, request.acquires)
+            sha, item_evals = batched.sha, own
         return self._begin(
             KIND_SCRIPT,
             commands,
-            Evals(request.source, count, argvs, request.acquires),
-            request.sha,
+            evals,
+            sha,
             request.timeout_ms,
             request.wait_all,
             request.honour_backoff,
             request.want_values,
             None if self.router is None else [argv[0] for argv in argvs],
+            item_evals,
         )
 
     def finish(self, rnd: Round) -> list[RoundResult]:

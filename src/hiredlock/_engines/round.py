@@ -390,11 +390,7 @@ class Round:
                 master.todo -= 1
                 if self.lagging & master.bit:
                     self.caught_up |= master.bit  # every earlier reply came first
-                if self.unit > 1:
-                    if not self._count_batched(master, entry, reply):
-                        return False
-                    continue
-                if self.sha is not None:
+                if self.sha is not None and entry >= 0:  # (-1 - k: a name sent on its own)
                     if type(reply) is not ReplyError:
                         master.scripts.add(self.sha)
                     elif reply.text.startswith("NOSCRIPT"):
@@ -414,7 +410,12 @@ class Round:
                     and self._redirect(master, entry, reply.text)
                 ):
                     continue  # (its vote comes from the node it was sent to)
-                votes.count(entry, master.column, self.kind, reply)
+                if self.unit == 1:
+                    votes.count(entry, master.column, self.kind, reply)
+                elif entry < 0:  # a batched round's name -1 - entry, sent on its own (as EVAL)
+                    votes.count(-1 - entry, master.column, self.kind, reply)
+                elif not self._count_batched(master, entry, reply):
+                    return False
             elif type(entry) is tuple:  # (ASKING, key): an error to it is the key's vote
                 if type(reply) is ReplyError:
                     votes.vote(entry[1], master.column, ERROR, reply.text)
@@ -433,27 +434,12 @@ class Round:
                 owed.append(None)
 
     def _count_batched(self, master: Master, entry: int, reply: Any) -> bool:
-        """A reply in a batched round: to a name sent on its own (entry -1 - name), or to the
-        batching script's command number `entry`. False when the connection failed."""
+        """The reply to a batched round's command `entry` (its NOSCRIPT is _read's, as any
+        script's): CROSSSLOT, or each of its names' votes. False when the connection failed."""
         votes = self.votes
-        if entry < 0:
-            if type(reply) is ReplyError and reply.text.startswith("READONLY"):
-                self.readonly |= master.bit  # (master_policy: READONLY)
-            votes.count(-1 - entry, master.column, self.kind, reply)
-            return True
         first = entry * self.unit
         names = min(self.unit, len(votes.codes) - first)
-        if type(reply) is not ReplyError:
-            master.scripts.add(self.sha)  # type: ignore[arg-type]
-        elif reply.text.startswith("NOSCRIPT"):
-            # The script cache was flushed: send the source, and wait for that reply.
-            master.scripts.discard(self.sha)
-            if not self._send(master, self.evals[entry]):  # type: ignore[index]
-                return False
-            master.owed.append(entry)
-            master.todo += 1
-            return True
-        elif reply.text.startswith("CROSSSLOT"):
+        if type(reply) is ReplyError and reply.text.startswith("CROSSSLOT"):
             # A cluster-mode server: none of the command's names ran. Each goes on its own,
             # now and in the later rounds.
             master.unbatched = True
@@ -463,8 +449,7 @@ class Round:
                 return False
             master.owed.extend(range(-1 - first, -1 - first - names, -1))
             master.todo += names
-            return True
-        if votes.count_batch(first, names, master.column, reply):
+        elif votes.count_batch(first, names, master.column, reply):
             self.readonly |= master.bit  # (master_policy: READONLY)
         return True
 

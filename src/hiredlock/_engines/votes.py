@@ -106,7 +106,8 @@ class Votes:
     def count_batch(self, first: int, names: int, master: int, reply: Any) -> bool:
         """Turns a batched script's reply (see scripts.BATCHED), an array of the replies of the
         names from `first` on, into their votes, each as its own reply; an error reply is each
-        name's vote. True when a name's reply says READONLY."""
+        name's vote. True when a name's reply in the array says READONLY (an error reply to the
+        whole command is looked at by the round, as any reply)."""
         if type(reply) is list and len(reply) == names:
             readonly = False
             for key, one in enumerate(reply, first):
@@ -119,7 +120,7 @@ class Votes:
                 self.vote(key, master, ERROR, reply.text)
             else:
                 self.vote(key, master, ERROR, "unexpected reply to the batched script")
-        return type(reply) is ReplyError and reply.text.startswith("READONLY")
+        return False
 
     def explain_pending(self, master: int, detail: str, keys: Optional[list[int]] = None) -> None:
         """Gives the master's pending votes on undecided keys (they end as TIMEOUT) a reason."""
