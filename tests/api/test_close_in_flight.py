@@ -372,3 +372,26 @@ def test_close_waits_for_a_release_under_way_in_another_thread(engine, masters5,
     releasing.join(10)
     assert not left, f"{len(left)} keys left when close() returned: {left}"
     assert not keys_of(servers, key), "keys left after the release ended"
+
+
+def test_aclose_waits_for_a_release_under_way_in_another_task(engine, masters5, key, run_async):  # noqa: F811
+    """The asyncio twin of the test above: a task's release has let go of its lock and waits on
+    a master that pauses writes for 300 ms; aclose() returns only once that round has ended."""
+    servers = masters5[:3]
+
+    async def main() -> tuple:
+        rl = AsyncRedlock(urls(servers), backend=engine, master_timeout=2.0)
+        lock = rl.lock(f"{key}:held", TTL)
+        assert await lock.acquire(blocking=False)
+        servers[0].admin().execute_command("CLIENT", "PAUSE", 300, "WRITE")
+        releasing = asyncio.ensure_future(lock.release())
+        while lock.held:
+            await asyncio.sleep(0)  # (the release lets go at its first step)
+        await rl.aclose()
+        left = keys_of(servers, key)
+        await releasing
+        return left
+
+    left = run_async(main())
+    assert not left, f"{len(left)} keys left when aclose() returned: {left}"
+    assert not keys_of(servers, key), "keys left after the release ended"
